@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ArtifactsConfig(AppConfig):
+    name = "apps.artifacts"
+    label = "artifacts"

@@ -1,0 +1,76 @@
+"""Files that travel: inputs uploaded by users and output bundles."""
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+def upload_path(instance: Upload, filename: str) -> str:
+    return f"uploads/{instance.owner_id}/{instance.id}"
+
+
+def bundle_path(instance: Bundle, filename: str) -> str:
+    return f"bundles/{instance.job_id}/{instance.attempt}/bundle.tar.gz"
+
+
+class Upload(models.Model):
+    """A file a user uploaded as job input, referenced as ``upload:<id>``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
+    name = models.CharField(max_length=255)
+    file = models.FileField(upload_to=upload_path, max_length=300)
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def source(self) -> str:
+        return f"upload:{self.id}"
+
+
+class Bundle(models.Model):
+    """The output of one attempt of a job: ``bundle.tar.gz`` plus its manifest.
+
+    Chunks arrive at ``received_bytes`` and are kept as parts until
+    ``complete`` joins and verifies them.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bundles")
+    attempt = models.PositiveIntegerField()
+    file = models.FileField(upload_to=bundle_path, max_length=300, blank=True)
+    received_bytes = models.BigIntegerField(default=0)
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    files = models.JSONField(default=list, blank=True, help_text="Manifest: path, size_bytes, sha256.")
+    completed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "-attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="bundle_job_attempt_unique")]
+
+    def __str__(self) -> str:
+        return f"bundle of job {self.job_id} attempt {self.attempt}"
+
+
+class BundlePart(models.Model):
+    """One verified chunk ``[offset, offset + size_bytes)`` of a bundle upload."""
+
+    bundle = models.ForeignKey(Bundle, on_delete=models.CASCADE, related_name="parts")
+    offset = models.BigIntegerField()
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    file = models.FileField(max_length=300)
+
+    class Meta:
+        ordering = ["bundle", "offset"]
+        constraints = [models.UniqueConstraint(fields=["bundle", "offset"], name="bundle_part_offset_unique")]

@@ -1,0 +1,30 @@
+"""``/api/v1/``: the user API and the agent's calls."""
+from django.urls import path
+
+from apps.pool.api import views as agent
+
+from . import views
+
+app_name = "api"
+
+urlpatterns = [
+    path("jobs/", views.JobListCreateView.as_view(), name="job-list"),
+    path("jobs/<int:pk>/", views.JobDetailView.as_view(), name="job-detail"),
+    path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("jobs/<int:pk>/events/", views.JobEventsView.as_view(), name="job-events"),
+    path("jobs/<int:pk>/logs/", views.JobLogsView.as_view(), name="job-logs"),
+    path("jobs/<int:pk>/bundle/", views.JobBundleView.as_view(), name="job-bundle"),
+    path("usage/", views.UsageView.as_view(), name="usage"),
+    path("pool/", views.PoolView.as_view(), name="pool"),
+    path("uploads/", views.UploadView.as_view(), name="uploads"),
+    # The agent's own calls: node token only (docs/agent-protocol.md).
+    path("agent/register/", agent.RegisterView.as_view(), name="agent-register"),
+    path("agent/heartbeat/", agent.HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("agent/work/", agent.work_view, name="agent-work"),
+    path("agent/jobs/<int:job_id>/report/", agent.ReportView.as_view(), name="agent-report"),
+    path("agent/jobs/<int:job_id>/log/", agent.LogView.as_view(), name="agent-log"),
+    path("agent/jobs/<int:job_id>/bundle/", agent.BundleView.as_view(), name="agent-bundle"),
+    path("agent/jobs/<int:job_id>/bundle/complete/", agent.BundleCompleteView.as_view(),
+         name="agent-bundle-complete"),
+    path("agent/uploads/<uuid:upload_id>/", agent.UploadDownloadView.as_view(), name="agent-upload"),
+]

@@ -1,0 +1,195 @@
+"""The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime
+
+from django.http import Http404, HttpResponse
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.artifacts.http import serve_file
+from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
+from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_rows, usage_totals
+from apps.pool.selectors import pool_summary
+
+from ..choices import JobState
+from ..selectors import jobs_of
+from ..services import job_cancel, job_submit, log_read
+from ..spec import SpecError, load_yaml
+from .parsers import TextYAMLParser, XYAMLParser, YAMLParser
+from .serializers import JobEventSerializer, JobSerializer
+
+
+def _own_job(request, pk: int):
+    """The requester's job ``pk``; anyone else's answers 404, as if it did not exist."""
+    job = jobs_of(request.user).filter(pk=pk).first()
+    if job is None:
+        raise Http404
+    return job
+
+
+class JobListCreateView(generics.ListAPIView):
+    """``GET``: my jobs, newest first (``?state=``). ``POST``: submit a spec."""
+
+    serializer_class = JobSerializer
+    parser_classes = [JSONParser, YAMLParser, TextYAMLParser, XYAMLParser, MultiPartParser, FormParser]
+
+    def get_queryset(self):
+        qs = jobs_of(self.request.user).prefetch_related("leases", "bundles")
+        state = self.request.query_params.get("state")
+        if state:
+            if state not in JobState.values:
+                raise ValidationError({"state": [f"Must be one of {', '.join(JobState.values)}."]})
+            qs = qs.filter(state=state)
+        return qs
+
+    @extend_schema(
+        request={"application/json": OpenApiTypes.OBJECT, "application/yaml": OpenApiTypes.STR,
+                 "multipart/form-data": OpenApiTypes.OBJECT},
+        responses={201: JobSerializer},
+        description="Submit a spec (SPEC §2) as JSON, YAML, or multipart with a `spec` field "
+                    "(YAML or JSON text) and files referenced as `upload:<file name>`.",
+    )
+    def post(self, request):
+        document = request.data
+        attachments = {}
+        if request.content_type.startswith(("multipart/", "application/x-www-form-urlencoded")):
+            text = request.data.get("spec")
+            if not text:
+                raise SpecError({"spec": ["This field is required (YAML or JSON text)."]})
+            if hasattr(text, "read"):
+                text = text.read().decode("utf-8", errors="replace")
+            document = load_yaml(text)  # YAML is a superset of JSON
+            files = [f for key in request.FILES for f in request.FILES.getlist(key) if key != "spec"]
+            try:
+                attachments = uploads_from_files(owner=request.user, files=files)
+            except ValueError as exc:
+                raise SpecError({"files": [str(exc)]}) from None
+        job = job_submit(owner=request.user, document=document, attachments=attachments)
+        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+
+class JobDetailView(APIView):
+    @extend_schema(responses=JobSerializer)
+    def get(self, request, pk: int):
+        return Response(JobSerializer(_own_job(request, pk), context={"request": request}).data)
+
+
+class JobCancelView(APIView):
+    @extend_schema(request=None, responses=JobSerializer)
+    def post(self, request, pk: int):
+        job = job_cancel(job=_own_job(request, pk), by=request.user)
+        return Response(JobSerializer(job, context={"request": request}).data)
+
+
+class JobEventsView(APIView):
+    @extend_schema(responses=JobEventSerializer(many=True))
+    def get(self, request, pk: int):
+        job = _own_job(request, pk)
+        return Response(JobEventSerializer(job.events.all(), many=True).data)
+
+
+class JobLogsView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("offset", int), OpenApiParameter("attempt", int)],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+        description="Log text from byte `offset`; headers X-Log-Size and X-Next-Offset.",
+    )
+    def get(self, request, pk: int):
+        job = _own_job(request, pk)
+        try:
+            offset = int(request.query_params.get("offset", 0))
+            attempt = int(request.query_params.get("attempt", job.attempt))
+        except ValueError:
+            raise ValidationError({"offset": ["Must be an integer."]}) from None
+        if offset < 0 or not 1 <= attempt <= job.attempt:
+            raise ValidationError({"offset": ["Must be >= 0 (and attempt between 1 and the job's attempts)."]})
+        data = log_read(job, offset, attempt=attempt)
+        resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
+        resp["X-Log-Size"] = str(job.log_size if attempt == job.attempt else offset + len(data))
+        resp["X-Next-Offset"] = str(offset + len(data))
+        return resp
+
+
+class JobBundleView(APIView):
+    @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
+    def get(self, request, pk: int):
+        job = _own_job(request, pk)
+        bundle = bundle_latest(job)
+        if bundle is None or not bundle.file:
+            raise Http404
+        return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle.tar.gz", size=bundle.size_bytes)
+
+
+def parse_when(value: str | None, field: str) -> datetime | None:
+    """An ISO date or datetime from a query parameter (dates are midnight in the current zone)."""
+    if not value:
+        return None
+    dt = parse_datetime(value)
+    if dt is None:
+        d = parse_date(value) if len(value) == 10 else None
+        if d is None:
+            raise ValidationError({field: ["Must be an ISO 8601 date or date-time."]})
+        dt = datetime(d.year, d.month, d.day)
+    if timezone.is_naive(dt):
+        dt = timezone.make_aware(dt)
+    return dt
+
+
+class UsageView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
+                               OpenApiParameter("format", str, enum=["json", "csv"])])
+    def get(self, request):
+        leases = list(usage_leases(user=request.user, start=parse_when(request.query_params.get("from"), "from"),
+                                   end=parse_when(request.query_params.get("to"), "to")))
+        rows = usage_rows(leases, timezone.get_current_timezone())
+        if request.query_params.get("format") == "csv":
+            buf = io.StringIO()
+            writer = csv.writer(buf)
+            writer.writerow(CSV_COLUMNS)
+            writer.writerows(rows)
+            resp = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
+            resp["Content-Disposition"] = 'attachment; filename="e31-usage.csv"'
+            return resp
+        totals = usage_totals(leases)
+        return Response({
+            "leases": [dict(zip(CSV_COLUMNS, row, strict=True)) for row in rows],
+            "totals": {"leases": totals.leases, "billed_seconds": totals.billed_seconds,
+                       "gpu_hours_billed": str(totals.gpu_hours_billed), "cost": f"{totals.cost:.6f}"},
+        })
+
+
+class PoolView(APIView):
+    @extend_schema(responses=inline_serializer("PoolModel", {
+        "gpu_model": serializers.CharField(), "total": serializers.IntegerField(),
+        "free": serializers.IntegerField(), "nodes": serializers.IntegerField(),
+        "rate_per_gpu_hour": serializers.DecimalField(max_digits=10, decimal_places=4)}, many=True))
+    def get(self, request):
+        return Response([{**row, "rate_per_gpu_hour": str(row["rate_per_gpu_hour"])} for row in pool_summary()])
+
+
+class UploadView(APIView):
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(request={"multipart/form-data": {"type": "object", "properties": {
+        "file": {"type": "string", "format": "binary"}}}},
+        responses={201: OpenApiTypes.OBJECT}, description="Upload an input file; use `upload:<id>` in a spec.")
+    def post(self, request):
+        f = request.FILES.get("file")
+        if f is None:
+            raise ValidationError({"file": ["This field is required."]})
+        try:
+            upload = upload_create(owner=request.user, name=f.name, fileobj=f)
+        except ValueError as exc:
+            raise ValidationError({"file": [str(exc)]}) from None
+        return Response({"id": str(upload.id), "name": upload.name, "size_bytes": upload.size_bytes,
+                         "sha256": upload.sha256, "source": upload.source}, status=201)

@@ -1,0 +1,136 @@
+"""Jobs, their timeline events, logs and the agent reports already applied."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+from .choices import HOLDING, EndReason, JobKind, JobState, Outcome
+
+
+class Job(models.Model):
+    """One submitted request to rent GPUs for a command (SPEC §1-§3).
+
+    ``state`` changes only through :func:`apps.jobs.state.transition`.
+    Scheduling columns (``gpus_per_node``, ``nodes``, ``time_limit_s``...)
+    are copied out of the validated ``spec`` at submit so the scheduler
+    never parses JSON.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=100)
+    spec = models.JSONField(help_text="The validated, normalised spec (SPEC §2).")
+    kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.OTHER)
+
+    gpus_per_node = models.PositiveIntegerField()
+    nodes = models.PositiveIntegerField(default=1)
+    time_limit_s = models.PositiveIntegerField(help_text="Seconds; bounds the hold from rented_at.")
+    priority_boost = models.IntegerField(default=0, help_text="Operator boost; higher goes first.")
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
+    end_reason = models.CharField(max_length=16, choices=EndReason.choices, blank=True, default="")
+    status_message = models.CharField(max_length=500, blank=True, default="")
+    exit_code = models.IntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=2)
+
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=300, blank=True, default="")
+
+    submitted_at = models.DateTimeField()
+    rented_at = models.DateTimeField(null=True, blank=True)
+    run_started_at = models.DateTimeField(null=True, blank=True)
+    run_ended_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    staging_bytes_done = models.BigIntegerField(default=0)
+    staging_bytes_total = models.BigIntegerField(null=True, blank=True)
+    log_size = models.BigIntegerField(default=0, help_text="Bytes of log kept for this attempt.")
+    log_truncated = models.BooleanField(default=False)
+    event_seq = models.PositiveIntegerField(default=0, help_text="Seq of the last event (a version).")
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["owner", "-submitted_at"]),
+            models.Index(fields=["state", "submitted_at", "id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("jobs:detail", args=[self.pk])
+
+    @property
+    def gpus_total(self) -> int:
+        """GPUs held when the job runs: per node times nodes."""
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def is_holding(self) -> bool:
+        """True while the job holds GPUs (rented, running, output)."""
+        return self.state in HOLDING
+
+    @property
+    def is_cancellable(self) -> bool:
+        return self.state != JobState.RELEASED and self.cancel_requested_at is None
+
+
+class JobEvent(models.Model):
+    """One entry of a job's timeline: a state change or a notable step.
+
+    ``seq`` counts from 1 per job and doubles as the job's version.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    from_state = models.CharField(max_length=16, blank=True, default="")
+    to_state = models.CharField(max_length=16, blank=True, default="")
+    detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "seq"]
+        constraints = [models.UniqueConstraint(fields=["job", "seq"], name="job_event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.seq} {self.from_state}->{self.to_state}"
+
+
+class LogChunk(models.Model):
+    """Bytes ``[offset, offset + len(data))`` of one attempt's combined log."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
+    attempt = models.PositiveIntegerField()
+    offset = models.BigIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        ordering = ["job", "attempt", "offset"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "offset"], name="log_chunk_offset_unique")
+        ]
+
+
+class AgentReport(models.Model):
+    """A report already applied, so a report delivered twice changes nothing.
+
+    The unique constraint closes the race of two deliveries of one report
+    handled at once by two web processes: the second insert fails.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="agent_reports")
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=32)
+    received_at = models.DateTimeField()
+    payload = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="agent_report_seq_unique")
+        ]

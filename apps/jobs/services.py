@@ -1,0 +1,340 @@
+"""Writes to jobs: submit, cancel, and what agents report (SPEC §3).
+
+Views, API, tasks and the agent endpoints call these; none of them changes
+a job any other way.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.artifacts.models import Upload
+from apps.metering.models import Lease
+from apps.metering.services import leases_end_lost, leases_release, leases_stop
+from apps.pool.models import Node
+from apps.pool.notify import node_wake
+from apps.pool.scheduling import job_request, pool_refusal
+
+from .choices import EndReason, JobState, Outcome
+from .models import AgentReport, Job, LogChunk
+from .spec import JobSpec, SpecError, parse_spec
+from .state import TransitionError, event_add, transition
+
+log = logging.getLogger(__name__)
+
+
+class StaleAttempt(Exception):
+    """A report about an attempt the server no longer runs on that node."""
+
+
+def spec_validate(document: Any, *, owner: AbstractBaseUser,
+                  attachments: Mapping[str, Upload] | None = None) -> JobSpec:
+    """Validate a spec document fully: fields, uploads, file roots and the pool.
+
+    ``upload:<name>`` naming one of ``attachments`` (files sent with the same
+    submission) is rewritten to ``upload:<id>``; ``upload:<id>`` must be one
+    of the owner's own uploads.
+
+    Raises:
+        SpecError: field errors, keyed by field path.
+    """
+    spec = parse_spec(document, time_limit_max_s=settings.E31_TIME_LIMIT_MAX_S,
+                      retention_days_max=settings.E31_RETENTION_DAYS_MAX)
+    errors: dict[str, list[str]] = {}
+    attachments = attachments or {}
+    for i, item in enumerate(spec.data):
+        if item.source.startswith("upload:"):
+            ref = item.source[len("upload:"):]
+            if ref in attachments:
+                item.source = attachments[ref].source
+            elif not Upload.objects.filter(owner=owner, pk=_as_uuid(ref)).exists():
+                errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
+        elif item.source.startswith("file://") and not _file_allowed(item.source):
+            errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
+    if not errors:
+        request = job_request(_unsaved_job(spec, owner))
+        refusal = pool_refusal(request)
+        if refusal:
+            errors["compute"] = [refusal[0].upper() + refusal[1:] + "."]
+    if errors:
+        raise SpecError(errors)
+    return spec
+
+
+def _as_uuid(ref: str) -> str | None:
+    import uuid
+
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        return None
+
+
+def _file_allowed(url: str) -> bool:
+    import os.path
+
+    path = os.path.realpath(url[len("file://"):])
+    return any(path == os.path.realpath(root) or path.startswith(os.path.realpath(root) + os.sep)
+               for root in settings.E31_FILE_ROOTS)
+
+
+def _unsaved_job(spec: JobSpec, owner: AbstractBaseUser) -> Job:
+    return Job(owner=owner, name=spec.name, spec=spec.model_dump(mode="json"), kind=spec.work.kind,
+               gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
+               time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now())
+
+
+def job_submit(*, owner: AbstractBaseUser, document: Any,
+               attachments: Mapping[str, Upload] | None = None) -> Job:
+    """Accept a job: validate, store it queued, ask for a scheduling cycle on commit.
+
+    One short transaction; the job goes straight to rented in that cycle if
+    matching GPUs are free.
+
+    Raises:
+        SpecError: the spec is invalid or no known node could ever hold it.
+    """
+    spec = spec_validate(document, owner=owner, attachments=attachments)
+    if spec.output.retention_days is None:
+        spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
+    with transaction.atomic():
+        job = _unsaved_job(spec, owner)
+        job.max_attempts = settings.E31_MAX_ATTEMPTS
+        job.save()
+        event_add(job, detail="submitted", to_state=JobState.QUEUED, at=job.submitted_at)
+        from apps.pool.tasks import enqueue_schedule_cycle
+
+        enqueue_schedule_cycle()
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
+    """Cancel ``job``. Idempotent.
+
+    Queued: released at once with outcome ``cancelled``, nothing billed.
+    Holding GPUs: the agent is told; it stops the process group (SIGTERM,
+    SIGKILL after the grace period), packs what outputs exist and reports;
+    the meter runs until the stop.
+    """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state == JobState.RELEASED or job.cancel_requested_at:
+        return job
+    now = timezone.now()
+    if job.state == JobState.QUEUED:
+        return transition(job, JobState.RELEASED, detail="cancelled while queued", now=now,
+                           outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED,
+                           cancel_requested_at=now)
+    Job.objects.filter(pk=job.pk).update(cancel_requested_at=now)
+    job.cancel_requested_at = now
+    event_add(job, detail="cancel requested", at=now)
+    for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_id", flat=True):
+        node_wake(node_id)
+    return job
+
+
+def _lease_for(node: Node, job_id: int, attempt: int) -> Lease:
+    lease = (Lease.objects.select_related("job").filter(node=node, job_id=job_id, attempt=attempt)
+             .first())
+    if lease is None:
+        raise Job.DoesNotExist
+    if lease.released_at is not None or lease.job.attempt != attempt:
+        raise StaleAttempt
+    return lease
+
+
+def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
+    """Apply one report of an agent about a job it runs (docs/agent-protocol.md).
+
+    Returns:
+        False when this (job, attempt, seq) was applied before: nothing changes.
+
+    Raises:
+        Job.DoesNotExist: the job has no lease on this node (answered 404).
+        StaleAttempt: the attempt is over on this node (answered 409).
+    """
+    attempt, kind = report["attempt"], report["type"]
+    now = timezone.now()
+    with transaction.atomic():
+        lease = _lease_for(node, job_id, attempt)
+        job = Job.objects.select_for_update().get(pk=job_id)
+        try:
+            with transaction.atomic():
+                AgentReport.objects.create(job=job, attempt=attempt, seq=report["seq"], type=kind,
+                                           received_at=now, payload=report)
+        except IntegrityError:
+            return False
+        handler = _HANDLERS[kind]
+        handler(job, lease, report, now)
+    return True
+
+
+def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    Lease.objects.filter(job=job, attempt=job.attempt, node=lease.node, accepted_at__isnull=True).update(accepted_at=now)
+
+
+def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    Job.objects.filter(pk=job.pk).update(
+        staging_bytes_done=max(0, int(report.get("bytes_done") or 0)),
+        staging_bytes_total=report.get("bytes_total"),
+        status_message=str(report.get("message") or "staging inputs")[:500])
+
+
+def _on_running(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    if job.state == JobState.RENTED:  # one rank of a multi-node job is enough
+        transition(job, JobState.RUNNING, detail=f"command started on {lease.node.name}", now=now,
+                   status_message="running")
+
+
+def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    reason = report.get("reason") or EndReason.EXIT
+    exit_code = report.get("exit_code")
+    leases_stop(job=job, attempt=job.attempt, end=now, reason=reason)
+    if job.state in (JobState.RENTED, JobState.RUNNING):
+        if job.cancel_requested_at and reason == EndReason.EXIT:
+            reason = EndReason.CANCELLED
+        words = {
+            EndReason.EXIT: f"command exited with code {exit_code}",
+            EndReason.TIME_LIMIT: "stopped at the time limit",
+            EndReason.CANCELLED: "stopped: cancelled",
+            EndReason.STAGING_FAILED: "staging failed",
+            EndReason.START_FAILED: "command could not start",
+        }.get(reason, reason)
+        message = str(report.get("message") or "")[:300]
+        end = min(now, job.rented_at + timedelta(seconds=job.time_limit_s))
+        transition(job, JobState.OUTPUT, detail=words + (f": {message}" if message else ""), now=end,
+                   exit_code=exit_code, end_reason=reason, status_message="packing outputs")
+
+
+def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    if job.state == JobState.RUNNING or job.state == JobState.RENTED:
+        # finished without exited (agent bug or older agent): stop the meter now
+        _on_exited(job, lease, {"reason": EndReason.EXIT, "exit_code": report.get("exit_code")}, now)
+    leases_release(job=job, attempt=job.attempt, now=now)
+    if job.state != JobState.OUTPUT:
+        return
+    # Multi-node: the job is released once every rank's lease is released.
+    if job.leases.filter(attempt=job.attempt, released_at__isnull=True).exists():
+        return
+    outcome = {
+        EndReason.TIME_LIMIT: Outcome.TIMED_OUT,
+        EndReason.CANCELLED: Outcome.CANCELLED,
+    }.get(job.end_reason)
+    if outcome is None:
+        outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
+    transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}", now=now,
+               outcome=outcome, status_message="")
+
+
+_HANDLERS = {
+    "accepted": _on_accepted,
+    "staging": _on_staging,
+    "running": _on_running,
+    "exited": _on_exited,
+    "finished": _on_finished,
+}
+REPORT_TYPES = tuple(_HANDLERS)
+
+
+def log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: bytes) -> int:
+    """Store bytes of the attempt's log at ``offset``; bytes already stored are skipped.
+
+    Returns the log size now stored. The log is capped at ``E31_LOG_MAX_BYTES``;
+    the first chunk past the cap is cut and a marker line appended.
+
+    Raises:
+        Job.DoesNotExist / StaleAttempt: as :func:`agent_report`.
+    """
+    with transaction.atomic():
+        _lease_for(node, job_id, attempt)
+        job = Job.objects.select_for_update().get(pk=job_id)
+        size = job.log_size
+        if job.log_truncated or offset + len(data) <= size:
+            return size
+        if offset > size:
+            raise ValueError(f"offset {offset} is past the {size} bytes stored")
+        data = data[size - offset:]
+        room = settings.E31_LOG_MAX_BYTES - size
+        truncated = len(data) > room
+        if truncated:
+            data = data[:room] + b"\n[log cut: this job wrote more than the site keeps]\n"
+        LogChunk.objects.create(job=job, attempt=attempt, offset=size, data=data)
+        Job.objects.filter(pk=job.pk).update(log_size=size + len(data), log_truncated=truncated)
+        return size + len(data)
+
+
+def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int | None = None) -> bytes:
+    """Bytes of the job's log from ``offset`` (at most ``limit``), current attempt by default."""
+    attempt = attempt or job.attempt
+    chunks = LogChunk.objects.filter(job=job, attempt=attempt, offset__lt=offset + limit).order_by("offset")
+    out = bytearray()
+    for chunk in chunks.filter(offset__gte=max(0, offset - settings.E31_LOG_MAX_BYTES)):
+        data = bytes(chunk.data)
+        end = chunk.offset + len(data)
+        if end <= offset:
+            continue
+        out += data[max(0, offset - chunk.offset):]
+    return bytes(out[:limit])
+
+
+def jobs_handle_node_loss(*, node: Node, at: datetime) -> None:
+    """Requeue (attempt + 1, same place) or release ``node_lost`` the jobs on a lost node.
+
+    Leases end at ``at`` (the last heartbeat), recorded but not charged.
+    """
+    for lease in leases_end_lost(node=node, at=at):
+        job = Job.objects.select_for_update().get(pk=lease.job_id)
+        if job.attempt != lease.attempt or job.state not in (JobState.RENTED, JobState.RUNNING, JobState.OUTPUT):
+            continue
+        # Other ranks of a multi-node job lose their partner: end them too.
+        for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list(
+                "node_id", flat=True):
+            node_wake(node_id)
+        leases_release(job=job, attempt=job.attempt, now=at)
+        try:
+            if job.attempt < job.max_attempts:
+                transition(job, JobState.QUEUED, detail=f"node {node.name} lost; back in the queue",
+                           attempt=job.attempt + 1, rented_at=None, run_started_at=None, run_ended_at=None,
+                           exit_code=None, end_reason="", status_message="", log_size=0,
+                           log_truncated=False, staging_bytes_done=0, staging_bytes_total=None)
+            else:
+                transition(job, JobState.RELEASED, detail=f"node {node.name} lost; no attempts left",
+                           outcome=Outcome.NODE_LOST, end_reason=EndReason.NODE_LOST)
+        except TransitionError:
+            log.info("job %s moved while its node was lost", job.pk)
+
+
+def jobs_enforce_time_limits(grace_s: int | None = None) -> int:
+    """End, on the server's own authority, runs past ``rented_at + time_limit + grace``.
+
+    For an agent cut off from the server: the meter stops at the limit and
+    the job is released ``timed_out``. Returns how many jobs it ended.
+    """
+    grace = settings.E31_GRACE_S + 30 if grace_s is None else grace_s
+    now = timezone.now()
+    ended = 0
+    for job in Job.objects.filter(state__in=[JobState.RENTED, JobState.RUNNING]):
+        limit = job.rented_at + timedelta(seconds=job.time_limit_s)
+        if now < limit + timedelta(seconds=grace):
+            continue
+        with transaction.atomic():
+            leases_stop(job=job, attempt=job.attempt, end=limit, reason=EndReason.TIME_LIMIT)
+            try:
+                transition(job, JobState.OUTPUT, detail="time limit passed with no word from the agent",
+                           now=limit, end_reason=EndReason.TIME_LIMIT)
+                leases_release(job=job, attempt=job.attempt, now=now)
+                transition(job, JobState.RELEASED, detail="released: timed out (server)", now=now,
+                           outcome=Outcome.TIMED_OUT)
+            except TransitionError:
+                continue
+            for lease in job.leases.filter(attempt=job.attempt):
+                node_wake(lease.node_id)
+        ended += 1
+    return ended

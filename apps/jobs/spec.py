@@ -1,0 +1,333 @@
+"""The job spec (SPEC §2): one validator for the form, YAML and JSON.
+
+:func:`parse_spec` takes the decoded document (a dict, whatever its source)
+and returns a :class:`JobSpec` or raises :class:`SpecError` whose
+``errors`` map a field path (``compute.gpus``, ``data[0].source``) to
+messages, ready to be the body of an HTTP 400. Unknown fields are errors.
+Checks that need the database or the pool (uploads, what nodes exist) live
+in :mod:`apps.jobs.services`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+
+from .choices import JobKind
+
+ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SOURCE_SCHEMES = ("https://", "s3://", "gs://", "upload:", "file://")
+MAX_ENV_KEYS = 100
+MAX_DATA = 100
+MAX_OUTPUT_PATHS = 100
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 256
+MAX_TIME_LIMIT_S = 10 * 365 * 86400  # a sanity bound; the operator maximum is checked later
+
+
+class SpecError(Exception):
+    """A spec failed validation.
+
+    Attributes:
+        errors: ``{"field.path": ["message", ...]}``.
+    """
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def parse_duration(value: int | str) -> int:
+    """Return a time limit in seconds from ``"90s"``, ``"45m"``, ``"1h30m"``, ``"2d"`` or an int.
+
+    Raises:
+        ValueError: not a positive duration in that form.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 90s, 45m, 8h, 1h30m, 2d, or seconds")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = value.strip().lower()
+        if text.isdigit():
+            seconds = int(text)
+        else:
+            match = DURATION.fullmatch(text)
+            if not text or not match:
+                raise ValueError("must be a duration such as 90s, 45m, 8h, 1h30m, 2d, or seconds")
+            d, h, m, s = (int(g or 0) for g in match.groups())
+            seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    if seconds <= 0:
+        raise ValueError("must be more than 0 seconds")
+    if seconds > MAX_TIME_LIMIT_S:
+        raise ValueError("is far too long")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    """Render seconds as ``1h30m`` / ``45m`` / ``90s`` (inverse of :func:`parse_duration`)."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
+def check_relative_path(value: str, *, allow_dot: bool = False) -> str:
+    """Check that ``value`` stays inside the job dir: no ``..``, not absolute, no NUL.
+
+    Raises:
+        ValueError: the path could leave the job dir.
+    """
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
+        raise ValueError("must be relative to the job dir, not absolute")
+    if ".." in re.split(r"[/\\]", value):
+        raise ValueError("must stay inside the job dir (no '..')")
+    if not allow_dot and value.strip() in (".", "./"):
+        raise ValueError("must name something inside the job dir")
+    if len(value) > 1000:
+        raise ValueError("must be at most 1000 characters")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class WorkSpec(_Strict):
+    command: Annotated[StrictStr, Field(min_length=1, max_length=20_000)]
+    image: Annotated[StrictStr, Field(min_length=1, max_length=500)] | None = None
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    kind: Literal["training", "inference", "processing", "simulation", "other"] = JobKind.OTHER.value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV_KEYS:
+            raise ValueError(f"has {len(value)} keys; at most {MAX_ENV_KEYS} are allowed")
+        for key, val in value.items():
+            if not ENV_KEY.fullmatch(key):
+                raise ValueError(f"key {key!r} must match [A-Z_][A-Z0-9_]*")
+            if "\x00" in val or len(val) > 10_000:
+                raise ValueError(f"value of {key} must be at most 10000 characters, without NUL")
+        return value
+
+
+class DataItem(_Strict):
+    source: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
+    target: StrictStr = "./"
+    sha256: StrictStr | None = None
+    extract: StrictBool = False
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        if not value.startswith(SOURCE_SCHEMES):
+            raise ValueError("must start with https://, s3://, gs://, upload: or file://")
+        if value.startswith("upload:") and not value[len("upload:"):].strip():
+            raise ValueError("upload: must name an uploaded file")
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return check_relative_path(value, allow_dot=True)
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256.fullmatch(value.lower()):
+            raise ValueError("must be 64 hexadecimal characters")
+        return value.lower() if value else value
+
+
+class ComputeSpec(_Strict):
+    gpus: Annotated[StrictInt, Field(ge=1, le=MAX_GPUS_PER_NODE)]
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = 1
+    gpu_model: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] | None = None
+    gpu_memory_gb: Annotated[StrictInt | StrictFloat, Field(gt=0, le=10_000)] | None = None
+    cpus: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
+    memory_gb: Annotated[StrictInt | StrictFloat, Field(gt=0, le=1_000_000)] | None = None
+    time_limit: StrictInt | StrictStr
+
+    @field_validator("gpu_model", mode="before")
+    @classmethod
+    def _one_model(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _models(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("must name at least one model, or be left out")
+        return value
+
+    @field_validator("gpu_memory_gb", "memory_gb")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("time_limit")
+    @classmethod
+    def _limit(cls, value: int | str) -> int | str:
+        parse_duration(value)
+        return value
+
+    @property
+    def time_limit_s(self) -> int:
+        """The time limit in seconds."""
+        return parse_duration(self.time_limit)
+
+
+class OutputSpec(_Strict):
+    paths: list[StrictStr] = Field(default_factory=list, max_length=MAX_OUTPUT_PATHS)
+    retention_days: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            check_relative_path(path)
+        return value
+
+
+class JobSpec(_Strict):
+    """A validated spec: name, work, data, compute, output (SPEC §2)."""
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+    work: WorkSpec
+    data: list[DataItem] = Field(default_factory=list, max_length=MAX_DATA)
+    compute: ComputeSpec
+    output: OutputSpec = Field(default_factory=OutputSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.strip() or "\x00" in value:
+            raise ValueError("must not be blank")
+        return value.strip()
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    """``('data', 0, 'source')`` -> ``data[0].source``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "int", "float", "list[str]", "function-after[_one_model(), list[...]]"):
+            continue  # pydantic's union branch names; not fields of ours
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "spec"
+
+
+_MESSAGES = {
+    "missing": "This field is required.",
+    "extra_forbidden": "Unknown field.",
+    "string_type": "Must be a string.",
+    "int_type": "Must be an integer.",
+    "bool_type": "Must be true or false.",
+    "dict_type": "Must be a mapping of names to values.",
+    "list_type": "Must be a list.",
+    "model_type": "Must be a mapping.",
+    "model_attributes_type": "Must be a mapping.",
+}
+
+
+def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
+               retention_days_max: int | None = None) -> JobSpec:
+    """Validate a decoded spec document.
+
+    Args:
+        document: the spec as decoded from JSON, YAML or the form.
+        time_limit_max_s: the operator's maximum time limit, in seconds.
+        retention_days_max: the operator's maximum output retention, in days.
+
+    Raises:
+        SpecError: with every field error found, keyed by field path.
+    """
+    if not isinstance(document, Mapping):
+        raise SpecError({"spec": ["Must be a mapping with name, work, data, compute and output."]})
+    try:
+        spec = JobSpec.model_validate(dict(document))
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for err in exc.errors():
+            path = _field_path(tuple(err["loc"]))
+            msg = _MESSAGES.get(err["type"]) or err["msg"].removeprefix("Value error, ")
+            msg = re.sub(r"^(Input|String|List|Dictionary|Value) should ", "Must ", msg)
+            msg = msg[0].upper() + msg[1:] if msg else msg
+            if not msg.endswith("."):
+                msg += "."
+            bucket = errors.setdefault(path, [])
+            if msg not in bucket:
+                bucket.append(msg)
+        raise SpecError(errors) from None
+    errors = {}
+    if time_limit_max_s and spec.compute.time_limit_s > time_limit_max_s:
+        errors["compute.time_limit"] = [
+            f"Is {format_duration(spec.compute.time_limit_s)}; the most this site allows is "
+            f"{format_duration(time_limit_max_s)}."
+        ]
+    days = spec.output.retention_days
+    if retention_days_max and days is not None and days > retention_days_max:
+        errors["output.retention_days"] = [f"Is {days}; the most this site keeps outputs is {retention_days_max} days."]
+    if errors:
+        raise SpecError(errors)
+    return spec
+
+
+def load_yaml(text: str) -> Any:
+    """Decode YAML text safely.
+
+    Raises:
+        SpecError: the text is not valid YAML (the error names the line).
+    """
+    if len(text) > 1_000_000:
+        raise SpecError({"spec": ["Is larger than 1 MB."]})
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "could not be read"
+        raise SpecError({"spec": [f"Is not valid YAML{where}: {problem}."]}) from None
+
+
+def spec_to_yaml(spec: Mapping[str, Any]) -> str:
+    """Dump a spec mapping as block YAML in the field order of SPEC §2."""
+    return yaml.safe_dump(dict(spec), sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -1,0 +1,83 @@
+"""The one path through which a job changes state (SPEC §3).
+
+No other code assigns ``job.state``. :func:`transition` checks the move,
+stamps the time from the server's clock, writes the timeline event and,
+after commit, tells whoever listens.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .choices import ALLOWED_MOVES, STAMP_FIELD, JobState
+from .models import Job, JobEvent
+
+
+class TransitionError(Exception):
+    """The move is not allowed, or another process moved the job first."""
+
+
+def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = "",
+              at: datetime | None = None) -> JobEvent:
+    """Append one event to ``job``'s timeline and bump its version.
+
+    The ``event_seq`` increment is an UPDATE ... SET seq = seq + 1 so two
+    processes adding events at once never take the same seq.
+    """
+    at = at or timezone.now()
+    Job.objects.filter(pk=job.pk).update(event_seq=F("event_seq") + 1)
+    job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
+    return JobEvent.objects.create(job=job, seq=job.event_seq, at=at, from_state=from_state,
+                                   to_state=to_state, detail=detail[:500])
+
+
+@transaction.atomic
+def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = None,
+               **fields: object) -> Job:
+    """Move ``job`` from its current state to ``to``.
+
+    Args:
+        job: the job as last read; its ``state`` is the expected current state.
+        to: a :class:`JobState` value allowed from the current state.
+        detail: plain words for the timeline.
+        now: the server time to stamp (defaults to now); never an agent's clock.
+        fields: other columns to set in the same UPDATE (outcome, exit_code...).
+
+    Returns:
+        ``job``, updated in place.
+
+    Raises:
+        TransitionError: the move is not in ``ALLOWED_MOVES``, or the row was
+            no longer in the expected state (another process won the race).
+    """
+    src = job.state
+    if to not in ALLOWED_MOVES[src]:
+        raise TransitionError(f"job {job.pk}: {src} -> {to} is not allowed")
+    now = now or timezone.now()
+    values: dict[str, object] = {"state": to, **fields}
+    stamp = STAMP_FIELD.get(to)
+    if stamp:
+        values[stamp] = now
+    if to != JobState.QUEUED:
+        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+    # Conditional UPDATE: closes the race of two processes moving the same
+    # job (say an agent's "exited" and the node watchdog) from one state.
+    if Job.objects.filter(pk=job.pk, state=src).update(**values) != 1:
+        raise TransitionError(f"job {job.pk} is no longer {src}")
+    for key, value in values.items():
+        setattr(job, key, value)
+    event_add(job, detail=detail, from_state=src, to_state=to, at=now)
+    transaction.on_commit(lambda: _after_commit(job.pk, src, to))
+    return job
+
+
+def _after_commit(job_id: int, src: str, to: str) -> None:
+    """Hooks that run once a state change is durable."""
+    from apps.pool.tasks import enqueue_schedule_cycle
+
+    if to in (JobState.QUEUED, JobState.RELEASED):
+        # A job joins the queue or GPUs come back: the plan may change.
+        enqueue_schedule_cycle()

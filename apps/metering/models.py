@@ -1,0 +1,88 @@
+"""The meter: GPU rates and leases (SPEC §4)."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+from django.db.models import Q
+
+
+class GpuRate(models.Model):
+    """Price of one GPU-hour of ``gpu_model`` from ``valid_from`` on, in USD."""
+
+    gpu_model = models.CharField(max_length=64)
+    rate_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    valid_from = models.DateTimeField()
+
+    class Meta:
+        ordering = ["gpu_model", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_model", "valid_from"], name="gpu_rate_model_from_unique"),
+            models.CheckConstraint(condition=Q(rate_per_gpu_hour__gte=0), name="gpu_rate_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model} {self.rate_per_gpu_hour}/GPU-h from {self.valid_from:%Y-%m-%d}"
+
+
+class Lease(models.Model):
+    """One hold of GPUs on one node for one attempt of one job.
+
+    Money fields are filled when the run ends (``billed_seconds``, ``cost``);
+    ``charged`` is false for leases ended by the platform's fault.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="leases")
+    attempt = models.PositiveIntegerField()
+    node = models.ForeignKey("pool.Node", on_delete=models.PROTECT, related_name="leases")
+    node_rank = models.PositiveIntegerField(default=0)
+    gpu_count = models.PositiveIntegerField()
+    gpu_model = models.CharField(max_length=64)
+    rate_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    time_limit_s = models.PositiveIntegerField()
+    rented_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    run_ended_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    billed_seconds = models.PositiveIntegerField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
+    charged = models.BooleanField(default=True)
+    end_reason = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        ordering = ["-rented_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "node"], name="lease_job_attempt_node_unique"),
+            models.CheckConstraint(
+                condition=Q(run_ended_at__isnull=True) | Q(run_ended_at__gte=models.F("rented_at")),
+                name="lease_run_end_after_rent",
+            ),
+        ]
+        indexes = [models.Index(fields=["node", "released_at"])]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} job {self.job_id} on {self.node_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.released_at is None
+
+    @property
+    def cost_display(self) -> Decimal | None:
+        """Cost rounded to the cent for display; the ledger keeps 6 places."""
+        return None if self.cost is None else self.cost.quantize(Decimal("0.01"))
+
+
+class LeaseGpu(models.Model):
+    """One GPU held by one lease. ``open`` while the lease holds it."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus")
+    gpu = models.ForeignKey("pool.Gpu", on_delete=models.PROTECT, related_name="lease_gpus")
+    open = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            # The database, not the scheduler, guarantees a GPU is in at most
+            # one open lease: two cycles racing for a GPU cannot both commit.
+            models.UniqueConstraint(fields=["gpu"], condition=Q(open=True), name="one_open_lease_per_gpu"),
+        ]

@@ -1,0 +1,90 @@
+"""Writes to the meter: open, stop and release leases (SPEC §4).
+
+Every time here is the server's clock. Each function is safe to call twice
+(a broker may deliver a task twice): a lease already stopped or released is
+left as it is.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.pool.models import Gpu, Node
+
+from . import billing
+from .models import Lease, LeaseGpu
+from .rates import rate_at
+
+
+@transaction.atomic
+def lease_open(*, job, node: Node, gpus: list[Gpu], node_rank: int, now: datetime) -> Lease:
+    """Hold ``gpus`` of ``node`` for the job's current attempt; the meter starts at ``now``.
+
+    Raises:
+        django.db.IntegrityError: a GPU is already in an open lease (the
+            partial unique constraint ``one_open_lease_per_gpu``).
+    """
+    model = gpus[0].model
+    lease = Lease.objects.create(
+        job=job, attempt=job.attempt, node=node, node_rank=node_rank, gpu_count=len(gpus),
+        gpu_model=model, rate_per_gpu_hour=rate_at(model, now), time_limit_s=job.time_limit_s,
+        rented_at=now,
+    )
+    LeaseGpu.objects.bulk_create([LeaseGpu(lease=lease, gpu=gpu) for gpu in gpus])
+    return lease
+
+
+def _stop(lease: Lease, end: datetime, *, reason: str, charged: bool) -> None:
+    lease.run_ended_at = billing.billable_end(lease.rented_at, end, lease.time_limit_s)
+    lease.billed_seconds = billing.billed_seconds(lease.rented_at, end, lease.time_limit_s)
+    lease.cost = billing.cost(lease.billed_seconds, lease.gpu_count, lease.rate_per_gpu_hour)
+    lease.end_reason = reason
+    lease.charged = charged
+    lease.save(update_fields=["run_ended_at", "billed_seconds", "cost", "end_reason", "charged"])
+
+
+@transaction.atomic
+def leases_stop(*, job, attempt: int, end: datetime, reason: str, charged: bool = True) -> None:
+    """Stop the meter of the attempt's leases at ``end`` (capped at the time limit).
+
+    Leases already stopped keep their figures: a duplicate report bills nothing twice.
+    """
+    for lease in Lease.objects.select_for_update().filter(job=job, attempt=attempt, run_ended_at__isnull=True):
+        _stop(lease, end, reason=reason, charged=charged)
+
+
+@transaction.atomic
+def leases_release(*, job, attempt: int, now: datetime | None = None) -> int:
+    """Give the attempt's GPUs back to the pool. Returns how many leases it closed."""
+    now = now or timezone.now()
+    closed = 0
+    for lease in Lease.objects.select_for_update().filter(job=job, attempt=attempt, released_at__isnull=True):
+        if lease.run_ended_at is None:  # released without a run end: stop the meter now
+            _stop(lease, now, reason=job.end_reason or "released", charged=True)
+        lease.released_at = max(now, lease.run_ended_at)
+        lease.save(update_fields=["released_at"])
+        LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+        closed += 1
+    return closed
+
+
+@transaction.atomic
+def leases_end_lost(*, node: Node, at: datetime) -> list[Lease]:
+    """End every open lease on a lost ``node`` at ``at`` (its last heartbeat), not charged.
+
+    Returns the leases it ended, so the caller can requeue their jobs.
+    """
+    ended = []
+    for lease in Lease.objects.select_for_update().filter(node=node, released_at__isnull=True):
+        if lease.run_ended_at is None:
+            _stop(lease, max(at, lease.rented_at), reason="node_lost", charged=False)
+        else:
+            lease.charged = False
+            lease.save(update_fields=["charged"])
+        lease.released_at = max(at, lease.run_ended_at)
+        lease.save(update_fields=["released_at"])
+        LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+        ended.append(lease)
+    return ended

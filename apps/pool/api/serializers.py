@@ -1,0 +1,66 @@
+"""What agents send: inventory, heartbeats, reports (docs/agent-protocol.md)."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from apps.jobs.services import REPORT_TYPES
+
+
+class GpuInSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=100)
+    model = serializers.CharField(max_length=64)
+    memory_mb = serializers.IntegerField(min_value=1, max_value=10_000_000)
+
+
+class RegisterSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=255)
+    agent_version = serializers.CharField(max_length=32, required=False, default="")
+    gpus = GpuInSerializer(many=True, max_length=1024)
+    cpus = serializers.IntegerField(min_value=0, max_value=1_000_000)
+    memory_bytes = serializers.IntegerField(min_value=0)
+    disk_bytes = serializers.IntegerField(min_value=0, required=False, default=0)
+    runtimes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=10, required=False,
+                                     default=list)
+    simulated = serializers.BooleanField(required=False, default=False)
+
+    def validate_gpus(self, value: list[dict]) -> list[dict]:
+        indexes = [g["index"] for g in value]
+        if len(set(indexes)) != len(indexes):
+            raise serializers.ValidationError("GPU indexes must be unique")
+        return value
+
+
+class AttemptRefSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(min_value=1)
+    attempt = serializers.IntegerField(min_value=1)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    running = AttemptRefSerializer(many=True, required=False, default=list)
+    health = serializers.DictField(required=False)
+
+
+class ReportSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(min_value=1)
+    seq = serializers.IntegerField(min_value=1)
+    type = serializers.ChoiceField(choices=REPORT_TYPES)
+    exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
+    reason = serializers.ChoiceField(
+        choices=["exit", "time_limit", "cancelled", "staging_failed", "start_failed"], required=False)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    bytes_done = serializers.IntegerField(required=False, min_value=0)
+    bytes_total = serializers.IntegerField(required=False, min_value=0, allow_null=True)
+    pid = serializers.IntegerField(required=False)
+
+
+class ManifestFileSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=1000)
+    size_bytes = serializers.IntegerField(min_value=0)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
+
+
+class BundleCompleteSerializer(serializers.Serializer):
+    size_bytes = serializers.IntegerField(min_value=0)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
+    files = ManifestFileSerializer(many=True, max_length=100_000)

@@ -1,0 +1,191 @@
+"""The agent's own calls under ``/api/v1/agent/`` (docs/agent-protocol.md). Node token only."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.http import FileResponse, Http404, HttpRequest, JsonResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.artifacts.models import Bundle, Upload
+from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
+from apps.jobs.models import Job
+from apps.jobs.services import StaleAttempt, agent_report, log_append
+from apps.metering.models import Lease
+
+from ..models import Node
+from ..notify import node_group
+from ..selectors import agent_work_for, running_on
+from ..services import node_for_token, node_heartbeat, node_register
+from .auth import IsNode, NodeTokenAuthentication, token_from_header
+from .serializers import BundleCompleteSerializer, HeartbeatSerializer, RegisterSerializer, ReportSerializer
+
+
+class AgentView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNode]
+
+    @property
+    def node(self) -> Node:
+        return self.request.auth
+
+    def attempt_lease(self, job_id: int) -> tuple[Job, int]:
+        """The job and attempt named by the URL and ``?attempt=``, if this node holds it."""
+        try:
+            attempt = int(self.request.query_params.get("attempt", ""))
+        except ValueError:
+            raise Http404 from None
+        lease = Lease.objects.select_related("job").filter(node=self.node, job_id=job_id, attempt=attempt).first()
+        if lease is None:
+            raise Http404
+        return lease.job, attempt
+
+
+@extend_schema(exclude=True)
+class RegisterView(AgentView):
+    def post(self, request):
+        ser = RegisterSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        node = node_register(node=self.node, inventory=ser.validated_data)
+        return Response({"node": node.name, "heartbeat_interval_s": settings.E31_HEARTBEAT_S,
+                         "poll_wait_s": settings.E31_AGENT_POLL_WAIT_S, "running": running_on(node)})
+
+
+@extend_schema(exclude=True)
+class HeartbeatView(AgentView):
+    def post(self, request):
+        ser = HeartbeatSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
+        return Response({"cancel": agent_work_for(self.node)["cancel"], "state": self.node.state})
+
+
+@extend_schema(exclude=True)
+class ReportView(AgentView):
+    def post(self, request, job_id: int):
+        ser = ReportSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        try:
+            applied = agent_report(node=self.node, job_id=job_id, report=ser.validated_data)
+        except Job.DoesNotExist:
+            raise Http404 from None
+        except StaleAttempt:
+            return Response({"detail": "stale attempt"}, status=status.HTTP_409_CONFLICT)
+        return Response({"duplicate": not applied})
+
+
+@extend_schema(exclude=True)
+class LogView(AgentView):
+    def post(self, request, job_id: int):
+        try:
+            attempt = int(request.query_params["attempt"])
+            offset = int(request.query_params["offset"])
+        except (KeyError, ValueError):
+            return Response({"detail": "attempt and offset must be integers"}, status=400)
+        data = request.body
+        if len(data) > 1024 * 1024 or offset < 0:
+            return Response({"detail": "a chunk is at most 1 MiB, at an offset >= 0"}, status=400)
+        try:
+            size = log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data)
+        except Job.DoesNotExist:
+            raise Http404 from None
+        except StaleAttempt:
+            return Response({"detail": "stale attempt"}, status=409)
+        except ValueError as exc:
+            return Response({"detail": str(exc)}, status=409)
+        return Response({"size": size})
+
+
+@extend_schema(exclude=True)
+class BundleView(AgentView):
+    def get(self, request, job_id: int):
+        job, attempt = self.attempt_lease(job_id)
+        bundle = Bundle.objects.filter(job=job, attempt=attempt).first()
+        return Response({"received_bytes": bundle.received_bytes if bundle else 0,
+                         "complete": bool(bundle and bundle.completed_at)})
+
+    def put(self, request, job_id: int):
+        job, attempt = self.attempt_lease(job_id)
+        try:
+            offset = int(request.query_params.get("offset", ""))
+        except ValueError:
+            return Response({"detail": "offset must be an integer"}, status=400)
+        try:
+            received = bundle_put_chunk(job=job, attempt=attempt, offset=offset, data=request.body,
+                                        sha256=request.headers.get("X-Content-Sha256", ""))
+        except ChunkError as exc:
+            return Response({"detail": str(exc), "received_bytes": exc.received_bytes},
+                            status=409 if exc.conflict else 400)
+        return Response({"received_bytes": received})
+
+
+@extend_schema(exclude=True)
+class BundleCompleteView(AgentView):
+    def post(self, request, job_id: int):
+        job, attempt = self.attempt_lease(job_id)
+        ser = BundleCompleteSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        try:
+            bundle = bundle_complete(job=job, attempt=attempt, size_bytes=data["size_bytes"], sha256=data["sha256"],
+                                     files=[dict(f) for f in data["files"]],
+                                     retention_days=job.spec["output"].get("retention_days")
+                                     or settings.E31_RETENTION_DAYS_DEFAULT)
+        except ChunkError as exc:
+            return Response({"detail": str(exc), "received_bytes": exc.received_bytes},
+                            status=409 if exc.conflict else 400)
+        return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256})
+
+
+@extend_schema(exclude=True)
+class UploadDownloadView(AgentView):
+    def get(self, request, upload_id):
+        """An input file, only to a node holding a job of the upload's owner that names it."""
+        upload = Upload.objects.filter(pk=upload_id).first()
+        if upload is None:
+            raise Http404
+        specs = Lease.objects.filter(node=self.node, released_at__isnull=True,
+                                     job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+        if not any(item.get("source") == upload.source for spec in specs for item in spec.get("data", [])):
+            raise Http404
+        return FileResponse(upload.file.open("rb"), as_attachment=True, filename=upload.name)
+
+
+async def work_view(request: HttpRequest) -> JsonResponse:
+    """Long poll: answer at once if there is work for this node, else wait up to ``?wait=`` s.
+
+    The poll joins the node's channel-layer group *before* it reads the
+    database, so a wake sent between the read and the wait is not lost.
+    """
+    if request.method != "GET":
+        return JsonResponse({"detail": "method not allowed"}, status=405)
+    node = await sync_to_async(node_for_token)(token_from_header(request.headers.get("Authorization", "")))
+    if node is None:
+        return JsonResponse({"detail": "unknown node token"}, status=401)
+    try:
+        wait = min(30.0, max(0.0, float(request.GET.get("wait", "0"))))
+    except ValueError:
+        return JsonResponse({"detail": "wait must be a number of seconds"}, status=400)
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    group = node_group(node.pk)
+    await layer.group_add(group, channel)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            await sync_to_async(node_heartbeat)(node=node)
+            work = await sync_to_async(agent_work_for)(node)
+            left = deadline - loop.time()
+            if work["assignments"] or work["cancel"] or left <= 0:
+                return JsonResponse(work)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(layer.receive(channel), timeout=left)
+    finally:
+        await layer.group_discard(group, channel)

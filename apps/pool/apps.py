@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PoolConfig(AppConfig):
+    name = "apps.pool"
+    label = "pool"

@@ -1,0 +1,61 @@
+"""GPU nodes, their GPUs and the agent credentials."""
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+
+from .choices import NodeState
+
+
+def token_digest(token: str) -> str:
+    """The stored form of a node token: its sha256, hex. Tokens are never stored."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Node(models.Model):
+    """One GPU host running one agent (SPEC §1, §6).
+
+    ``state``: ``up`` takes jobs, ``draining`` keeps its running jobs but
+    takes no new ones, ``down`` missed heartbeats for the loss timeout.
+    A node that never registered has no GPUs and takes nothing.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.DOWN)
+    drain = models.BooleanField(default=False, help_text="Operator asked for no new jobs.")
+    token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True, editable=False)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    agent_version = models.CharField(max_length=32, blank=True, default="")
+    cpus = models.PositiveIntegerField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
+    disk_bytes = models.BigIntegerField(default=0)
+    runtimes = models.JSONField(default=list, blank=True, help_text="Container runtimes found.")
+    simulated = models.BooleanField(default=False)
+    health = models.JSONField(default=dict, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One GPU of a node, as the agent's inventory reported it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=100)
+    model = models.CharField(max_length=64, db_index=True)
+    memory_mb = models.PositiveIntegerField()
+    present = models.BooleanField(default=True, help_text="In the node's last inventory.")
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_node_index_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.index} {self.model}"

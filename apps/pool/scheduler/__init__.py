@@ -1,0 +1,10 @@
+"""The scheduling core: a pure function from (queue, pool, clock, policy) to decisions.
+
+Nothing in this package imports Django, so the live site
+(:mod:`apps.pool.scheduling`) and a trace simulator run the same code, and
+tests call one cycle directly.
+"""
+from .core import schedule
+from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement
+
+__all__ = ["Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement", "schedule"]

@@ -1,0 +1,79 @@
+"""Plain data the scheduling core reads and returns. Times are seconds since the epoch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A queued job as the scheduler sees it.
+
+    ``gpu_models`` empty means any model; ``gpu_memory_mb``, ``cpus`` and
+    ``memory_bytes`` are minimums per GPU / per node, 0 when not asked.
+    """
+
+    job_id: int
+    account: str
+    submitted_at: float
+    gpus_per_node: int
+    nodes: int
+    time_limit_s: int
+    gpu_models: tuple[str, ...] = ()
+    gpu_memory_mb: int = 0
+    cpus: int = 0
+    memory_bytes: int = 0
+    needs_runtime: bool = False
+    priority_boost: int = 0
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU: id in the database, model name, memory in MB, and when it is
+    expected free (``free_at`` <= now means free now; else the end of the
+    time limit of the lease holding it)."""
+
+    gpu_id: int
+    model: str
+    memory_mb: int
+    free_at: float = 0.0
+
+
+@dataclass
+class NodeView:
+    """One node: its state, GPUs, and resources not held by running leases."""
+
+    node_id: int
+    name: str
+    state: str
+    gpus: list[GpuSlot]
+    cpus_free: int = 0
+    memory_free_bytes: int = 0
+    cpus_total: int = 0
+    memory_total_bytes: int = 0
+    runtimes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Start ``job_id`` now on these nodes: ``[(node_id, (gpu_id, ...)), ...]``, rank order."""
+
+    job_id: int
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Why a queued job waits and when it should start (epoch seconds, or None if unknown)."""
+
+    job_id: int
+    queue_position: int
+    estimated_start: float | None
+    reason: str
+
+
+@dataclass
+class Decision:
+    """What one cycle decided."""
+
+    placements: list[Placement] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)

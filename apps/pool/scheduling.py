@@ -1,0 +1,173 @@
+"""The live side of the scheduler: read the queue and pool, run the core, apply.
+
+:func:`schedule_cycle` is the only code that rents GPUs. Cycles never run two
+at once: on PostgreSQL a transaction-scoped advisory lock, on SQLite the
+IMMEDIATE transaction (one writer at a time). Even if they did, the partial
+unique index ``one_open_lease_per_gpu`` refuses a GPU given twice.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from apps.jobs.choices import JobState
+from apps.jobs.models import Job
+from apps.jobs.state import transition
+from apps.metering.models import Lease, LeaseGpu
+from apps.metering.services import lease_open
+
+from .choices import NodeState
+from .models import Gpu, Node
+from .notify import node_wake
+from .scheduler import GpuSlot, JobRequest, NodeView, schedule
+from .scheduler.matching import describe_request, model_matches, node_could_ever_hold
+
+log = logging.getLogger(__name__)
+ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
+GB = 1_000_000_000
+
+
+def job_request(job: Job) -> JobRequest:
+    """The scheduler's view of a job (SPEC §2 compute part, in MB and bytes)."""
+    compute = job.spec["compute"]
+    return JobRequest(
+        job_id=job.pk, account=str(job.owner_id), submitted_at=job.submitted_at.timestamp(),
+        gpus_per_node=job.gpus_per_node, nodes=job.nodes, time_limit_s=job.time_limit_s,
+        gpu_models=tuple(compute.get("gpu_model") or ()),
+        gpu_memory_mb=int((compute.get("gpu_memory_gb") or 0) * 1000),
+        cpus=compute.get("cpus") or 0,
+        memory_bytes=int((compute.get("memory_gb") or 0) * GB),
+        needs_runtime=bool(job.spec["work"].get("image")),
+        priority_boost=job.priority_boost,
+    )
+
+
+def pool_views(now: datetime, *, include_down: bool = False) -> list[NodeView]:
+    """Nodes with their present GPUs; a held GPU is free at its lease's time limit."""
+    held: dict[int, float] = {}
+    used_cpus: dict[int, int] = defaultdict(int)
+    used_mem: dict[int, int] = defaultdict(int)
+    open_gpus = LeaseGpu.objects.filter(open=True).select_related("lease", "lease__job")
+    seen_leases = set()
+    for lg in open_gpus:
+        lease = lg.lease
+        end = lease.rented_at.timestamp() + lease.time_limit_s
+        # A job past its limit but not yet released still holds the GPU: it
+        # frees "any moment now", never in the past.
+        held[lg.gpu_id] = max(end, now.timestamp() + 1)
+        if lease.pk not in seen_leases:
+            seen_leases.add(lease.pk)
+            compute = lease.job.spec["compute"]
+            used_cpus[lease.node_id] += compute.get("cpus") or 0
+            used_mem[lease.node_id] += int((compute.get("memory_gb") or 0) * GB)
+    nodes = Node.objects.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True)))
+    if not include_down:
+        nodes = nodes.exclude(state=NodeState.DOWN)
+    return [
+        NodeView(
+            node_id=n.pk, name=n.name, state=n.state,
+            gpus=[GpuSlot(g.pk, g.model, g.memory_mb, held.get(g.pk, 0.0)) for g in n.gpus.all()],
+            cpus_free=n.cpus - used_cpus[n.pk], memory_free_bytes=n.memory_bytes - used_mem[n.pk],
+            cpus_total=n.cpus, memory_total_bytes=n.memory_bytes, runtimes=tuple(n.runtimes or ()),
+        )
+        for n in nodes
+    ]
+
+
+def pool_refusal(request: JobRequest) -> str | None:
+    """Why no node the pool knows (whatever its state) could ever hold ``request``, or None.
+
+    The message names the largest thing the pool does have, e.g. "no node has
+    16 GPUs of model H100; the most on one node is 8".
+    """
+    views = [v for v in pool_views(timezone.now(), include_down=True) if v.gpus]
+    if not views:
+        return "the pool has no GPU nodes yet; ask the operator to start an agent"
+    able = [v for v in views if node_could_ever_hold(request, v)]
+    if len(able) >= request.nodes:
+        return None
+    models = " or ".join(request.gpu_models)
+    if not able:
+        def fitting(v: NodeView) -> int:
+            return sum(1 for g in v.gpus if (not request.gpu_models or any(
+                model_matches(m, g.model) for m in request.gpu_models)) and g.memory_mb >= request.gpu_memory_mb)
+        most = max(fitting(v) for v in views)
+        if most >= request.gpus_per_node:
+            if request.needs_runtime and not any(v.runtimes for v in views):
+                return "no node has a container runtime, so no node can run an image"
+            most_cpus = max(v.cpus_total for v in views)
+            most_mem = max(v.memory_total_bytes for v in views) / GB
+            return (f"no node has {request.gpus_per_node} such GPUs together with {request.cpus} CPUs and "
+                    f"{request.memory_bytes / GB:g} GB of memory; the most on one node is {most_cpus} CPUs "
+                    f"and {most_mem:.0f} GB")
+        what = f"{request.gpus_per_node} GPUs" + (f" of model {models}" if models else "")
+        if request.gpu_memory_mb:
+            what += f" with {request.gpu_memory_mb / 1000:g} GB or more each"
+        return f"no node has {what}; the most on one node is {most}"
+    return (f"only {len(able)} node{'s' if len(able) > 1 else ''} can hold "
+            f"{describe_request(request).replace(' on each of', ' per node for')}; the job asks for {request.nodes}")
+
+
+def _lock() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
+
+
+def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
+    """Run one cycle: rent GPUs to the jobs that can start, refresh every queued job's
+    position, estimate and reason (writing only what changed).
+
+    Returns:
+        ``{"placed": n, "queued": m, "seconds": cycle time}``.
+    """
+    started = time.monotonic()
+    with transaction.atomic():
+        _lock()
+        now = now or timezone.now()
+        queued = list(Job.objects.filter(state=JobState.QUEUED).order_by("submitted_at", "id"))
+        if not queued:
+            return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
+        views = pool_views(now)
+        decision = schedule([job_request(j) for j in queued], views, now.timestamp(),
+                            settings.E31_SCHEDULER_POLICY)
+        by_id = {j.pk: j for j in queued}
+        gpus = Gpu.objects.in_bulk([g for p in decision.placements for _, ids in p.nodes for g in ids])
+        nodes = Node.objects.in_bulk([n for p in decision.placements for n, _ in p.nodes])
+        for placement in decision.placements:
+            job = by_id[placement.job_id]
+            for rank, (node_id, gpu_ids) in enumerate(placement.nodes):
+                lease_open(job=job, node=nodes[node_id], gpus=[gpus[g] for g in gpu_ids],
+                           node_rank=rank, now=now)
+                node_wake(node_id)
+            where = ", ".join(f"{nodes[n].name} ({len(ids)} GPU{'s' if len(ids) > 1 else ''})"
+                              for n, ids in placement.nodes)
+            transition(job, JobState.RENTED, detail=f"rented {where}", now=now)
+        changed = []
+        for pend in decision.pending:
+            job = by_id[pend.job_id]
+            est = (datetime.fromtimestamp(pend.estimated_start, UTC).replace(microsecond=0)
+                   if pend.estimated_start is not None else None)
+            if (job.queue_position, job.estimated_start_at, job.pending_reason) != (
+                    pend.queue_position, est, pend.reason):
+                job.queue_position, job.estimated_start_at, job.pending_reason = (
+                    pend.queue_position, est, pend.reason)
+                changed.append(job)
+        if changed:
+            Job.objects.bulk_update(changed, ["queue_position", "estimated_start_at", "pending_reason"])
+    seconds = time.monotonic() - started
+    log.debug("schedule cycle: placed %d, queued %d, %.1f ms", len(decision.placements),
+              len(decision.pending), seconds * 1000)
+    return {"placed": len(decision.placements), "queued": len(decision.pending), "seconds": seconds}
+
+
+def open_leases_of(node: Node) -> list[Lease]:
+    """Open leases on ``node``, with their jobs."""
+    return list(Lease.objects.filter(node=node, released_at__isnull=True).select_related("job"))

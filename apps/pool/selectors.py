@@ -1,0 +1,90 @@
+"""Reads of the pool: what an agent should do, pool summaries."""
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.jobs.choices import JobState
+from apps.metering.models import Lease, LeaseGpu
+from apps.metering.rates import current_rates
+
+from .choices import NodeState
+from .models import Gpu, Node
+
+
+def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Assignments not yet accepted and cancels pending for ``node`` (docs/agent-protocol.md)."""
+    now = now or timezone.now()
+    leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
+                  .select_related("job").prefetch_related("lease_gpus__gpu"))
+    assignments, cancel = [], []
+    for lease in leases:
+        job = lease.job
+        if lease.attempt != job.attempt:
+            continue
+        if job.cancel_requested_at or lease.run_ended_at:
+            if job.cancel_requested_at and lease.run_ended_at is None:
+                cancel.append({"job_id": job.pk, "attempt": lease.attempt})
+            if lease.accepted_at or lease.run_ended_at:
+                continue
+        if lease.accepted_at is None and job.state in (JobState.RENTED, JobState.RUNNING):
+            assignments.append(_assignment(lease, now))
+    return {"assignments": assignments, "cancel": cancel}
+
+
+def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
+    job = lease.job
+    gpus = sorted((lg.gpu for lg in lease.lease_gpus.all()), key=lambda g: g.index)
+    ranks = list(Lease.objects.filter(job=job, attempt=lease.attempt).select_related("node").order_by("node_rank"))
+    master = ranks[0].node.hostname or ranks[0].node.name
+    deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
+    return {
+        "job_id": job.pk,
+        "attempt": lease.attempt,
+        "lease_id": lease.pk,
+        "gpus": [{"index": g.index, "uuid": g.uuid} for g in gpus],
+        "time_limit_s": job.time_limit_s,
+        "deadline_in_s": round(max(0.0, deadline), 3),
+        "grace_s": settings.E31_GRACE_S,
+        "env": {
+            "E31_JOB_ID": str(job.pk),
+            "E31_NODE_RANK": str(lease.node_rank),
+            "E31_NUM_NODES": str(job.nodes),
+            "E31_MASTER_ADDR": master,
+        },
+        "spec": job.spec,
+    }
+
+
+def running_on(node: Node) -> list[dict[str, int]]:
+    """The (job, attempt) pairs the server believes hold GPUs on ``node``."""
+    return [{"job_id": j, "attempt": a} for j, a in
+            Lease.objects.filter(node=node, released_at__isnull=True).values_list("job_id", "attempt")]
+
+
+def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per GPU model: total GPUs on nodes not down, free ones (on up nodes), rate per GPU-hour.
+
+    Shape: ``[{"gpu_model", "total", "free", "rate_per_gpu_hour", "nodes"}]`` sorted by model.
+    """
+    now = now or timezone.now()
+    held = set(LeaseGpu.objects.filter(open=True).values_list("gpu_id", flat=True))
+    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "free": 0, "nodes": set()})
+    for gpu in Gpu.objects.filter(present=True).exclude(node__state=NodeState.DOWN).select_related("node"):
+        row = rows[gpu.model]
+        row["total"] += 1
+        row["nodes"].add(gpu.node.name)
+        if gpu.pk not in held and gpu.node.state == NodeState.UP:
+            row["free"] += 1
+    rates = current_rates(now)
+    from apps.metering.rates import FALLBACK_RATE
+
+    return [
+        {"gpu_model": model, "total": r["total"], "free": r["free"], "nodes": len(r["nodes"]),
+         "rate_per_gpu_hour": rates.get(model, FALLBACK_RATE)}
+        for model, r in sorted(rows.items())
+    ]

@@ -1,0 +1,114 @@
+"""Writes to the pool: node tokens, registration, heartbeats, loss (SPEC §5, §6)."""
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .choices import NodeState
+from .models import Gpu, Node, token_digest
+
+log = logging.getLogger(__name__)
+
+
+def node_token_issue(*, name: str) -> str:
+    """Create node ``name`` if new and give it a fresh token (the old one stops working).
+
+    Returns:
+        The token, shown once; only its sha256 is stored.
+    """
+    token = "e31n_" + secrets.token_urlsafe(32)
+    node, _ = Node.objects.get_or_create(name=name)
+    node.token_hash = token_digest(token)
+    node.save(update_fields=["token_hash"])
+    return token
+
+
+def node_for_token(token: str) -> Node | None:
+    """The node a token acts for, or None."""
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=token_digest(token)).first()
+
+
+@transaction.atomic
+def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
+    """Record the agent's inventory (already validated) and mark the node up.
+
+    GPUs are matched by index; ones no longer reported are kept (leases
+    point at them) but marked not present, so the scheduler offers them to
+    no one.
+    """
+    now = timezone.now()
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    was_down = node.state == NodeState.DOWN
+    for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated"):
+        setattr(node, key, inventory[key])
+    node.registered_at = node.last_heartbeat_at = now
+    node.state = NodeState.DRAINING if node.drain else NodeState.UP
+    node.save()
+    seen = set()
+    for gpu in inventory["gpus"]:
+        Gpu.objects.update_or_create(
+            node=node, index=gpu["index"],
+            defaults={"uuid": gpu["uuid"], "model": gpu["model"], "memory_mb": gpu["memory_mb"], "present": True},
+        )
+        seen.add(gpu["index"])
+    node.gpus.exclude(index__in=seen).update(present=False)
+    if was_down:
+        from .tasks import enqueue_schedule_cycle
+
+        transaction.on_commit(enqueue_schedule_cycle)
+    return node
+
+
+def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None) -> None:
+    """Stamp a heartbeat from the server's clock. A down node must register again."""
+    fields: dict[str, Any] = {"last_heartbeat_at": timezone.now()}
+    if health is not None:
+        fields["health"] = health
+    Node.objects.filter(pk=node.pk).update(**fields)
+
+
+@transaction.atomic
+def node_set_drain(*, node: Node, drain: bool) -> Node:
+    """Start or stop draining: a draining node keeps its jobs and takes no new ones."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    node.drain = drain
+    if node.state != NodeState.DOWN:
+        node.state = NodeState.DRAINING if drain else NodeState.UP
+    node.save(update_fields=["drain", "state"])
+    if not drain:
+        from .tasks import enqueue_schedule_cycle
+
+        transaction.on_commit(enqueue_schedule_cycle)
+    return node
+
+
+def nodes_mark_lost() -> list[int]:
+    """Mark down every node silent for the loss timeout and requeue its jobs.
+
+    Returns the ids of the nodes marked down. See
+    :func:`apps.jobs.services.jobs_handle_node_loss` for what happens to the jobs.
+    """
+    from apps.jobs.services import jobs_handle_node_loss
+
+    cutoff = timezone.now() - timedelta(seconds=settings.E31_NODE_LOSS_TIMEOUT_S)
+    lost = []
+    for node_id in Node.objects.exclude(state=NodeState.DOWN).filter(
+            last_heartbeat_at__lt=cutoff).values_list("id", flat=True):
+        with transaction.atomic():
+            # Conditional UPDATE: a heartbeat that lands meanwhile keeps the node up.
+            if not Node.objects.filter(pk=node_id, last_heartbeat_at__lt=cutoff).exclude(
+                    state=NodeState.DOWN).update(state=NodeState.DOWN):
+                continue
+            node = Node.objects.get(pk=node_id)
+            log.warning("node %s lost: no heartbeat since %s", node.name, node.last_heartbeat_at)
+            jobs_handle_node_loss(node=node, at=node.last_heartbeat_at)
+            lost.append(node_id)
+    return lost

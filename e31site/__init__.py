@@ -1,0 +1,4 @@
+"""E31 Network Django project."""
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

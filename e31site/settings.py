@@ -1,0 +1,211 @@
+"""Settings of E31 Network, all driven by environment variables.
+
+Standalone (no variables set): SQLite under ``var/``, in-memory channel
+layer, Celery tasks run eagerly in-process. Production: ``DATABASE_URL``
+(PostgreSQL) and ``REDIS_URL`` (Channels layer and Celery broker).
+"""
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one kept in ``var/`` across runs."""
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_filters",
+    "channels",
+    "apps.jobs",
+    "apps.pool",
+    "apps.metering",
+    "apps.artifacts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "e31site.urls"
+ASGI_APPLICATION = "e31site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: PostgreSQL through DATABASE_URL, else SQLite under var/ (standalone).
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "e31.sqlite3",
+            # WAL lets readers go on while the single writer commits; the
+            # timeout makes a second writer wait instead of failing.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis feeds the channel layer and the Celery broker; without it the site
+# runs as one process (standalone).
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Celery: https://docs.celeryq.dev/en/stable/userguide/configuration.html
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = env_bool("E31_CELERY_EAGER", not REDIS_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True  # tasks are idempotent; a lost worker re-runs them
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "schedule-cycle": {
+        "task": "apps.pool.tasks.schedule_cycle_task",
+        "schedule": env_float("E31_SCHEDULER_PERIOD_S", 5.0),
+    },
+    "node-watch": {
+        "task": "apps.pool.tasks.node_watch_task",
+        "schedule": env_float("E31_NODE_WATCH_PERIOD_S", 5.0),
+    },
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("E31_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
+STORAGES = {
+    "default": {"BACKEND": env_str("E31_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024  # a bundle chunk is at most 8 MiB
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+E31_UPLOAD_MAX_BYTES = env_int("E31_UPLOAD_MAX_BYTES", 1024 * 1024 * 1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "EXCEPTION_HANDLER": "apps.jobs.api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "E31 Network API",
+    "DESCRIPTION": "Submit, rent, run, output, release: rent GPUs to jobs.",
+    "VERSION": "1",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}
+
+# --- E31 policy (SPEC §2-§5); each overridable by E31_<NAME> ---------------
+E31_PORT = env_int("E31_PORT", 8031)
+E31_TIME_LIMIT_MAX_S = env_int("E31_TIME_LIMIT_MAX_S", 7 * 24 * 3600)
+E31_GRACE_S = env_int("E31_GRACE_S", 30)
+E31_HEARTBEAT_S = env_int("E31_HEARTBEAT_S", 10)
+E31_NODE_LOSS_TIMEOUT_S = env_int("E31_NODE_LOSS_TIMEOUT_S", 30)
+E31_MAX_ATTEMPTS = env_int("E31_MAX_ATTEMPTS", 2)
+E31_LOG_MAX_BYTES = env_int("E31_LOG_MAX_BYTES", 10 * 1024 * 1024)
+E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
+E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
+# Directories a spec may read with file:// (empty: file:// refused).
+E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
+E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
+E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
+E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "fifo")

@@ -1,0 +1,66 @@
+"""Factories for tests: users, nodes with GPUs, jobs through the real submit service."""
+from __future__ import annotations
+
+import itertools
+
+import factory
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from apps.pool.choices import NodeState
+from apps.pool.models import Gpu, Node
+
+_uuid = itertools.count(1)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests")
+
+    @factory.post_generation
+    def _save(obj, create, extracted, **kwargs):
+        if create:
+            obj.save()
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Node
+
+    name = factory.Sequence(lambda n: f"node-{n}")
+    state = NodeState.UP
+    hostname = factory.LazyAttribute(lambda o: f"{o.name}.local")
+    cpus = 32
+    memory_bytes = 256 * 10**9
+    disk_bytes = 10**12
+    simulated = True
+    last_heartbeat_at = factory.LazyFunction(timezone.now)
+    registered_at = factory.LazyFunction(timezone.now)
+
+
+def node_with_gpus(name: str | None = None, *, count: int = 4, model: str = "H100-80GB",
+                   memory_mb: int = 81559, **kwargs) -> Node:
+    """A node that is up with ``count`` GPUs of ``model``."""
+    node = NodeFactory(**({"name": name} if name else {}), **kwargs)
+    Gpu.objects.bulk_create([
+        Gpu(node=node, index=i, uuid=f"GPU-test-{next(_uuid)}", model=model, memory_mb=memory_mb)
+        for i in range(count)
+    ])
+    return node
+
+
+def spec(**overrides) -> dict:
+    """A valid spec document (SPEC §2); top-level parts replaced by ``overrides``."""
+    doc = {
+        "name": "test-job",
+        "work": {"command": "echo hello", "kind": "other"},
+        "compute": {"gpus": 1, "time_limit": "10m"},
+        "output": {"paths": ["out/**"]},
+    }
+    doc.update(overrides)
+    return doc
