@@ -152,6 +152,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
 STORAGES = {
     "default": {"BACKEND": env_str("E31_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")},
@@ -175,6 +176,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "apps.jobs.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.jobs.api.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "E31 Network API",

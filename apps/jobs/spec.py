@@ -321,6 +321,8 @@ def load_yaml(text: str) -> Any:
         raise SpecError({"spec": ["Is larger than 1 MB."]})
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError({"spec": ["Is nested too deeply."]}) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -111,8 +111,9 @@ def pool_refusal(request: JobRequest) -> str | None:
         if request.gpu_memory_mb:
             what += f" with {request.gpu_memory_mb / 1000:g} GB or more each"
         return f"no node has {what}; the most on one node is {most}"
-    return (f"only {len(able)} node{'s' if len(able) > 1 else ''} can hold "
-            f"{describe_request(request).replace(' on each of', ' per node for')}; the job asks for {request.nodes}")
+    what = f"{request.gpus_per_node} {models or 'GPUs'}"
+    return (f"only {len(able)} node{'s' if len(able) > 1 else ''} can hold {what}; "
+            f"the job asks for {request.nodes} such nodes")
 
 
 def _lock() -> None:

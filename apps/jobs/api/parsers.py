@@ -1,7 +1,8 @@
 """Request parsers: a spec can be posted as YAML (``Content-Type: application/yaml``)."""
 from __future__ import annotations
 
-from rest_framework.parsers import BaseParser
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser, JSONParser
 
 from ..spec import load_yaml
 
@@ -28,3 +29,13 @@ class TextYAMLParser(YAMLParser):
 
 class XYAMLParser(YAMLParser):
     media_type = "application/x-yaml"
+
+
+class SafeJSONParser(JSONParser):
+    """DRF's JSON parser, answering 400 (not 500) to documents nested too deeply."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None

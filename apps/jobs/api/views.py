@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -25,7 +25,7 @@ from ..choices import JobState
 from ..selectors import jobs_of
 from ..services import job_cancel, job_submit, log_read
 from ..spec import SpecError, load_yaml
-from .parsers import TextYAMLParser, XYAMLParser, YAMLParser
+from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .serializers import JobEventSerializer, JobSerializer
 
 
@@ -41,7 +41,7 @@ class JobListCreateView(generics.ListAPIView):
     """``GET``: my jobs, newest first (``?state=``). ``POST``: submit a spec."""
 
     serializer_class = JobSerializer
-    parser_classes = [JSONParser, YAMLParser, TextYAMLParser, XYAMLParser, MultiPartParser, FormParser]
+    parser_classes = [SafeJSONParser, YAMLParser, TextYAMLParser, XYAMLParser, MultiPartParser, FormParser]
 
     def get_queryset(self):
         qs = jobs_of(self.request.user).prefetch_related("leases", "bundles")

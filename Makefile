@@ -1,0 +1,35 @@
+# E31 Network: `make run` starts the product standalone; `make test` runs the whole suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Test services: the real PostgreSQL and Redis of this machine (.ci/run starts them).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/e31
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml agent/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[examples,dev]' -e ./agent
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py standalone
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+test: $(VENV)/.installed lint
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) E31_CELERY_EAGER=1 \
+		$(VENV)/bin/pytest
+
+bench: $(VENV)/.installed
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,153 @@
+"""Standalone mode: the whole site in one process, plus two local agents.
+
+``make run`` calls ``manage.py standalone``. One process serves HTTP and
+WebSockets (Daphne), runs Celery tasks eagerly (no broker) and runs the
+periodic work (scheduling cycle, node watch) on a timer; two agents with
+simulated GPUs run as child processes, each in its own work dir. Ctrl-C
+stops the server, then the agents (which stop their jobs), and waits for
+them, so nothing is left behind.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+log = logging.getLogger("e31.standalone")
+
+
+@dataclass(frozen=True)
+class LocalAgent:
+    """A local agent: node name and the GPUs it simulates (``4xH100-80GB``)."""
+
+    name: str
+    simulate: str
+
+
+DEFAULT_AGENTS = (LocalAgent("node-a", "4xH100-80GB"), LocalAgent("node-b", "2xA100-40GB"))
+
+
+def demo_account() -> tuple[str, str]:
+    """Create or update the ``demo`` user. Returns (username, password).
+
+    The password is ``E31_DEMO_PASSWORD`` if set, else one generated on the
+    first run and kept in ``var/demo_password`` so later runs print the same.
+    """
+    path = Path(settings.VAR_DIR) / "demo_password"
+    password = os.environ.get("E31_DEMO_PASSWORD", "")
+    if not password:
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(12))
+            path.chmod(0o600)
+        password = path.read_text().strip()
+    user, _ = get_user_model().objects.get_or_create(username="demo", defaults={"is_staff": True,
+                                                                                "is_superuser": True})
+    if not user.check_password(password):
+        user.set_password(password)
+        user.save()
+    return "demo", password
+
+
+def periodic_work() -> None:
+    """What Celery beat does in production: one scheduling cycle and one node watch."""
+    from apps.pool.tasks import node_watch_task, schedule_cycle_task
+
+    node_watch_task()
+    schedule_cycle_task()
+
+
+class Beat(threading.Thread):
+    """Runs :func:`periodic_work` every ``period`` seconds inside the server's event loop.
+
+    Running it through the loop (not in this thread) keeps every use of the
+    in-memory channel layer on the loop that owns it.
+    """
+
+    def __init__(self, period: float):
+        super().__init__(name="e31-beat", daemon=True)
+        self.period = period
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period):
+            if self.loop is None:
+                continue
+            try:
+                asyncio.run_coroutine_threadsafe(sync_to_async(periodic_work)(), self.loop).result(timeout=120)
+            except Exception:
+                log.exception("periodic work failed")
+
+
+def start_agents(url: str, agents: tuple[LocalAgent, ...]) -> list[subprocess.Popen]:
+    """Issue a fresh token per node and start ``e31-agent`` for each, logging to var/agents/<name>.log."""
+    from apps.pool.services import node_token_issue
+
+    procs = []
+    for agent in agents:
+        workdir = Path(settings.VAR_DIR) / "agents" / agent.name
+        workdir.mkdir(parents=True, exist_ok=True)
+        token = node_token_issue(name=agent.name)
+        logfile = open(workdir / "agent.log", "ab")  # noqa: SIM115 - kept open for the child's life
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "SECRET_"))}
+        env["E31_AGENT_TOKEN"] = token
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "e31_agent.cli", "--server", url, "--simulate", agent.simulate,
+             "--workdir", str(workdir)],
+            stdout=logfile, stderr=subprocess.STDOUT, env=env,
+        ))
+    return procs
+
+
+def stop_agents(procs: list[subprocess.Popen], timeout: float = 45.0) -> None:
+    """SIGTERM each agent (it stops its jobs), wait, then SIGKILL what is left."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = DEFAULT_AGENTS) -> None:
+    """Serve the site on ``host:port`` until interrupted, with the beat and local agents."""
+    from daphne.server import Server
+
+    from e31site.asgi import application
+
+    url = f"http://{host}:{port}"
+    user, password = demo_account()
+    beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
+    procs: list[subprocess.Popen] = []
+
+    def ready() -> None:
+        beat.loop = asyncio.get_event_loop()
+        procs.extend(start_agents(url, agents))
+        print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
+              f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
+              "  Press Ctrl-C to stop.\n", flush=True)
+
+    beat.start()
+    try:
+        Server(application=application, endpoints=[f"tcp:port={port}:interface={host}"],
+               ready_callable=ready, signal_handlers=True, action_logs=False,
+               http_timeout=None, websocket_handshake_timeout=10).run()
+    finally:
+        beat.stopped.set()
+        print("  stopping agents...", flush=True)
+        stop_agents(procs)
+        print("  stopped.", flush=True)

@@ -1,0 +1,136 @@
+"""The jobs API: submit in three formats, bad input, and what a stranger sees."""
+import io
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from apps.jobs.models import Job
+
+from ..factories import spec
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(owner):
+    client = APIClient()
+    client.force_authenticate(owner)
+    return client
+
+
+@pytest.fixture
+def stranger_api(stranger):
+    client = APIClient()
+    client.force_authenticate(stranger)
+    return client
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_accepts_json_and_rents_at_once_when_gpus_are_free(api, pool):
+    resp = api.post("/api/v1/jobs/", spec(), format="json")
+    assert resp.status_code == 201
+    assert api.get(f"/api/v1/jobs/{resp.json()['id']}/").json()["state"] == "rented"
+
+
+def test_it_accepts_yaml(api, pool):
+    resp = api.post("/api/v1/jobs/", yaml.safe_dump(spec(name="from-yaml")), content_type="application/yaml")
+    assert resp.status_code == 201, resp.json()
+    assert resp.json()["name"] == "from-yaml"
+
+
+def test_it_explains_broken_yaml(api, pool):
+    resp = api.post("/api/v1/jobs/", "name: [unclosed", content_type="application/yaml")
+    assert resp.status_code == 400
+    assert "line" in resp.json()["spec"][0]
+
+
+def test_it_accepts_multipart_with_attached_files(api, pool):
+    script = SimpleUploadedFile("train.py", b"print('hi')\n")
+    doc = spec(data=[{"source": "upload:train.py", "target": "train.py"}])
+    resp = api.post("/api/v1/jobs/", {"spec": yaml.safe_dump(doc), "files": [script]}, format="multipart")
+    assert resp.status_code == 201, resp.json()
+    source = resp.json()["spec"]["data"][0]["source"]
+    assert source.startswith("upload:") and source != "upload:train.py"
+
+
+def test_it_refuses_an_upload_it_does_not_have(api, pool):
+    resp = api.post("/api/v1/jobs/", spec(data=[{"source": "upload:nope.py"}]), format="json")
+    assert resp.status_code == 400 and "data[0].source" in resp.json()
+
+
+def test_it_refuses_another_users_upload(api, stranger_api, pool):
+    up = stranger_api.post("/api/v1/uploads/", {"file": SimpleUploadedFile("x.bin", b"x")}, format="multipart")
+    assert up.status_code == 201
+    resp = api.post("/api/v1/jobs/", spec(data=[{"source": up.json()["source"]}]), format="json")
+    assert resp.status_code == 400 and "data[0].source" in resp.json()
+
+
+def test_it_refuses_file_urls_outside_allowed_roots(api, pool, settings):
+    settings.E31_FILE_ROOTS = ["/srv/datasets"]
+    bad = api.post("/api/v1/jobs/", spec(data=[{"source": "file:///etc/passwd"}]), format="json")
+    assert bad.status_code == 400 and "data[0].source" in bad.json()
+    sneaky = api.post("/api/v1/jobs/", spec(data=[{"source": "file:///srv/datasets/../../etc/passwd"}]),
+                      format="json")
+    assert sneaky.status_code == 400
+    ok = api.post("/api/v1/jobs/", spec(data=[{"source": "file:///srv/datasets/a.csv"}]), format="json")
+    assert ok.status_code == 201
+
+
+@pytest.mark.parametrize("compute,words", [
+    ({"gpus": 16, "gpu_model": ["H100"], "time_limit": "1h"},
+     "No node has 16 GPUs of model H100; the most on one node is 4."),
+    ({"gpus": 1, "gpu_model": ["L40S"], "time_limit": "1h"}, "the most on one node is 0"),
+    ({"gpus": 4, "nodes": 2, "gpu_model": ["H100"], "time_limit": "1h"}, "Only 1 node can hold 4 H100; the job asks for 2 such nodes."),
+    ({"gpus": 1, "gpu_memory_gb": 100, "time_limit": "1h"}, "with 100 GB or more each"),
+])
+def test_it_refuses_what_no_node_could_ever_hold(api, pool, compute, words):
+    resp = api.post("/api/v1/jobs/", spec(compute=compute), format="json")
+    assert resp.status_code == 400
+    assert words in resp.json()["compute"][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe", b"[1, 2", b"null", b"12", b'"x"', b"{" * 5000])
+def test_it_never_answers_500_to_junk(api, pool, body):
+    for ctype in ("application/json", "application/yaml"):
+        resp = api.post("/api/v1/jobs/", body, content_type=ctype)
+        assert 400 <= resp.status_code < 500, (ctype, body, resp.status_code)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_filters_by_state_and_rejects_unknown_states(api, pool):
+    api.post("/api/v1/jobs/", spec(), format="json")
+    assert api.get("/api/v1/jobs/?state=rented").json()["count"] == 1
+    assert api.get("/api/v1/jobs/?state=queued").json()["count"] == 0
+    assert api.get("/api/v1/jobs/?state=bogus").status_code == 400
+
+
+def test_a_stranger_sees_nothing_of_anothers_job(api, stranger_api, pool):
+    job_id = api.post("/api/v1/jobs/", spec(), format="json").json()["id"]
+    for path in ("", "events/", "logs/", "bundle/"):
+        assert stranger_api.get(f"/api/v1/jobs/{job_id}/{path}").status_code == 404
+    assert stranger_api.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404
+    assert stranger_api.get("/api/v1/jobs/").json()["count"] == 0
+    assert stranger_api.get("/api/v1/usage/").json()["leases"] == []
+
+
+def test_anonymous_requests_are_refused(pool):
+    assert APIClient().get("/api/v1/jobs/").status_code in (401, 403)
+
+
+def test_token_auth_works(owner, pool):
+    out = io.StringIO()
+    call_command("issue_token", "owner", stdout=out)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {out.getvalue().strip()}")
+    assert client.get("/api/v1/jobs/").status_code == 200
+
+
+def test_the_schema_and_pool_answer(api, pool):
+    assert api.get("/api/schema/").status_code == 200
+    rows = {r["gpu_model"]: r for r in api.get("/api/v1/pool/").json()}
+    assert rows["H100-80GB"]["total"] == 4 and rows["H100-80GB"]["free"] == 4
+    assert rows["H100-80GB"]["rate_per_gpu_hour"] == "2.4900"

@@ -1,0 +1,141 @@
+"""Outcomes and the meter through the services the agent endpoints call (SPEC §3, §4)."""
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.jobs.choices import JobState
+from apps.jobs.models import Job
+from apps.jobs.services import agent_report, job_cancel, job_submit, jobs_enforce_time_limits
+from apps.jobs.state import TransitionError, transition
+from apps.metering.models import Lease, LeaseGpu
+from apps.pool.models import Node
+from apps.pool.services import nodes_mark_lost
+
+from ..factories import spec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit(owner, **compute):
+    return job_submit(owner=owner, document=spec(compute={"gpus": 1, "time_limit": "10m", **compute}))
+
+
+class Agent:
+    """Plays a node's agent through the report service."""
+
+    def __init__(self, job):
+        self.job = Job.objects.get(pk=job.pk)
+        self.lease = self.job.leases.get(attempt=self.job.attempt)
+        self.seq = 0
+
+    def say(self, type_, **extra):
+        self.seq += 1
+        return agent_report(node=self.lease.node, job_id=self.job.pk,
+                            report={"attempt": self.job.attempt, "seq": self.seq, "type": type_, **extra})
+
+    def run(self, exit_code=0, reason="exit"):
+        self.say("accepted")
+        self.say("running")
+        self.say("exited", exit_code=exit_code, reason=reason)
+        self.say("finished")
+        return Job.objects.get(pk=self.job.pk)
+
+
+def test_it_succeeds_on_exit_zero_and_frees_the_gpus(owner, pool):
+    job = Agent(submit(owner)).run()
+    assert (job.state, job.outcome) == ("released", "succeeded")
+    assert not LeaseGpu.objects.filter(open=True).exists()
+
+
+def test_it_fails_on_nonzero_exit(owner, pool):
+    job = Agent(submit(owner)).run(exit_code=3)
+    assert (job.outcome, job.exit_code) == ("failed", 3)
+
+
+def test_it_times_out_and_bills_exactly_the_limit(owner, pool):
+    job = submit(owner, time_limit="90s")
+    Lease.objects.filter(job=job).update(rented_at=timezone.now() - timedelta(seconds=200))
+    Job.objects.filter(pk=job.pk).update(rented_at=timezone.now() - timedelta(seconds=200))
+    job = Agent(job).run(exit_code=None, reason="time_limit")
+    assert job.outcome == "timed_out"
+    assert Lease.objects.get(job=job).billed_seconds == 90
+
+
+def test_cancelling_a_queued_job_bills_nothing(owner, pool):
+    blockers = [submit(owner, gpus=4, gpu_model=["H100"]) for _ in range(1)]
+    queued = submit(owner, gpus=4, gpu_model=["H100"])
+    assert Job.objects.get(pk=queued.pk).state == "queued"
+    job = job_cancel(job=queued)
+    assert (job.state, job.outcome) == ("released", "cancelled")
+    assert not Lease.objects.filter(job=job).exists()
+    assert blockers[0].leases.count() == 1
+
+
+def test_a_queued_job_has_a_position_estimate_and_reason(owner, pool):
+    submit(owner, gpus=4, gpu_model=["H100"])
+    waiting = Job.objects.get(pk=submit(owner, gpus=4, gpu_model=["H100"]).pk)
+    assert waiting.queue_position == 1
+    assert waiting.estimated_start_at is not None
+    assert "waiting for 4 H100 on one node" in waiting.pending_reason
+
+
+def test_cancelling_a_running_job_stops_through_the_agent_and_bills_to_the_stop(owner, pool):
+    agent = Agent(submit(owner))
+    agent.say("accepted")
+    agent.say("running")
+    job_cancel(job=agent.job)
+    from apps.pool.selectors import agent_work_for
+
+    assert agent_work_for(agent.lease.node)["cancel"] == [{"job_id": agent.job.pk, "attempt": 1}]
+    agent.say("exited", exit_code=-15, reason="cancelled")
+    agent.say("finished")
+    job = Job.objects.get(pk=agent.job.pk)
+    assert job.outcome == "cancelled"
+    assert Lease.objects.get(job=job).billed_seconds is not None
+
+
+def test_a_duplicate_report_changes_nothing(owner, pool):
+    agent = Agent(submit(owner))
+    agent.say("accepted")
+    agent.say("running")
+    agent.say("exited", exit_code=0, reason="exit")
+    lease = Lease.objects.get(job=agent.job)
+    assert agent_report(node=lease.node, job_id=agent.job.pk,
+                        report={"attempt": 1, "seq": 3, "type": "exited", "exit_code": 0}) is False
+    assert Lease.objects.get(pk=lease.pk).billed_seconds == lease.billed_seconds
+
+
+def test_the_state_machine_refuses_moves_it_does_not_allow(owner, pool):
+    job = Agent(submit(owner)).run()
+    with pytest.raises(TransitionError):
+        transition(job, JobState.RUNNING)
+
+
+def test_a_lost_node_requeues_its_job_then_releases_it_node_lost(owner, pool, settings):
+    job = submit(owner, gpus=4, gpu_model=["H100"])
+    agent = Agent(job)
+    agent.say("accepted")
+    agent.say("running")
+    node = agent.lease.node
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    nodes_mark_lost()
+    job = Job.objects.get(pk=job.pk)
+    lease = Lease.objects.get(pk=agent.lease.pk)
+    assert (job.state, job.attempt) == ("queued", 2)
+    assert lease.charged is False and lease.released_at is not None
+    assert job.events.filter(detail__contains="lost").exists()
+
+
+def test_the_server_ends_a_run_past_its_time_limit_on_its_own(owner, pool):
+    job = submit(owner, time_limit="60s")
+    agent = Agent(job)
+    agent.say("accepted")
+    agent.say("running")
+    past = timezone.now() - timedelta(seconds=600)
+    Lease.objects.filter(job=job).update(rented_at=past)
+    Job.objects.filter(pk=job.pk).update(rented_at=past)
+    assert jobs_enforce_time_limits() == 1
+    job = Job.objects.get(pk=job.pk)
+    assert (job.state, job.outcome) == ("released", "timed_out")
+    assert Lease.objects.get(job=job).billed_seconds == 60

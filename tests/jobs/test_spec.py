@@ -1,0 +1,91 @@
+"""The spec validator (SPEC §2): field-level errors for every rule."""
+import pytest
+
+from apps.jobs.spec import SpecError, format_duration, parse_duration, parse_spec
+
+from ..factories import spec
+
+
+def errors_of(doc, **kw) -> dict:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(doc, **kw)
+    return exc.value.errors
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("45m", 2700), ("8h", 28800), ("1h30m", 5400),
+                                          ("2d", 172800), (600, 600), ("600", 600)])
+def test_it_parses_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_it_formats_durations():
+    assert format_duration(5400) == "1h30m"
+    assert format_duration(90) == "1m30s"
+
+
+def test_it_accepts_the_spec_example():
+    doc = {
+        "name": "resnet50-finetune",
+        "work": {"command": "python train.py --epochs 3", "image": None, "env": {"SEED": "1"}, "kind": "training"},
+        "data": [{"source": "https://host/data.tar.gz", "target": "data/", "sha256": None, "extract": True}],
+        "compute": {"gpus": 4, "nodes": 1, "gpu_model": ["H100", "A100-80GB"], "gpu_memory_gb": 40, "cpus": 16,
+                    "memory_gb": 64, "time_limit": "8h"},
+        "output": {"paths": ["checkpoints/**", "metrics.json"], "retention_days": 7},
+    }
+    parsed = parse_spec(doc)
+    assert parsed.compute.time_limit_s == 8 * 3600
+    assert parsed.work.env == {"SEED": "1"}
+
+
+@pytest.mark.parametrize("doc,field", [
+    (spec(extra=1), "extra"),
+    (spec(work={"command": "x", "bogus": True}), "work.bogus"),
+    (spec(name=""), "name"),
+    (spec(name="x" * 101), "name"),
+    (spec(work={"command": ""}), "work.command"),
+    (spec(work={"command": "a\x00b"}), "work.command"),
+    (spec(work={"command": "x", "env": {"lower": "1"}}), "work.env"),
+    (spec(work={"command": "x", "env": {"A": 1}}), "work.env.A"),
+    (spec(work={"command": "x", "env": {f"K{i}": "v" for i in range(101)}}), "work.env"),
+    (spec(work={"command": "x", "kind": "mining"}), "work.kind"),
+    (spec(compute={"gpus": 0, "time_limit": "1h"}), "compute.gpus"),
+    (spec(compute={"gpus": -1, "time_limit": "1h"}), "compute.gpus"),
+    (spec(compute={"gpus": "2", "time_limit": "1h"}), "compute.gpus"),
+    (spec(compute={"gpus": True, "time_limit": "1h"}), "compute.gpus"),
+    (spec(compute={"gpus": 10**9, "time_limit": "1h"}), "compute.gpus"),
+    (spec(compute={"gpus": 1, "nodes": 0, "time_limit": "1h"}), "compute.nodes"),
+    (spec(compute={"gpus": 1, "time_limit": "forever"}), "compute.time_limit"),
+    (spec(compute={"gpus": 1, "time_limit": 0}), "compute.time_limit"),
+    (spec(compute={"gpus": 1, "time_limit": -5}), "compute.time_limit"),
+    (spec(compute={"gpus": 1}), "compute.time_limit"),
+    (spec(compute={"gpus": 1, "time_limit": "1h", "gpu_memory_gb": -1}), "compute.gpu_memory_gb"),
+    (spec(compute={"gpus": 1, "time_limit": "1h", "gpu_model": []}), "compute.gpu_model"),
+    (spec(data=[{"source": "ftp://x/y"}]), "data[0].source"),
+    (spec(data=[{"source": "https://x/y", "target": "../up"}]), "data[0].target"),
+    (spec(data=[{"source": "https://x/y", "target": "/etc"}]), "data[0].target"),
+    (spec(data=[{"source": "https://x/y", "sha256": "abc"}]), "data[0].sha256"),
+    (spec(data=[{"source": "https://x/y", "extract": "yes"}]), "data[0].extract"),
+    (spec(data="https://x"), "data"),
+    (spec(output={"paths": ["a/../../b"]}), "output.paths"),
+    (spec(output={"paths": ["/abs"]}), "output.paths"),
+    (spec(output={"paths": ["ok"], "retention_days": 0}), "output.retention_days"),
+])
+def test_it_names_the_bad_field(doc, field):
+    errors = errors_of(doc)
+    assert field in errors, errors
+    assert all(isinstance(m, str) and m for m in errors[field])
+
+
+def test_it_refuses_a_time_limit_over_the_operator_maximum():
+    errors = errors_of(spec(compute={"gpus": 1, "time_limit": "8d"}), time_limit_max_s=7 * 86400)
+    assert errors == {"compute.time_limit": ["Is 8d; the most this site allows is 7d."]}
+
+
+def test_it_refuses_what_is_not_a_mapping():
+    assert "spec" in errors_of(["a", "list"])
+    assert "spec" in errors_of("text")
+
+
+def test_it_takes_one_model_as_a_string():
+    parsed = parse_spec(spec(compute={"gpus": 1, "time_limit": "1h", "gpu_model": "H100"}))
+    assert parsed.compute.gpu_model == ["H100"]
