@@ -1,10 +1,17 @@
-"""ASGI entry point: HTTP to Django, WebSockets to Channels consumers (later issue)."""
+"""ASGI entry point: HTTP to Django, WebSockets to Channels consumers (later issue).
+
+Static files are served by Django's ASGI static handler, which keeps the
+whole middleware chain async-capable: the agents' long polls then wait on the
+event loop instead of holding a thread each. Behind a CDN or proxy that
+serves ``STATIC_ROOT``, it is never reached.
+"""
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "e31site.settings")
-django_asgi = get_asgi_application()
+django_asgi = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

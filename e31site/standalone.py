@@ -101,7 +101,7 @@ def start_agents(url: str, agents: tuple[LocalAgent, ...]) -> list[subprocess.Po
         token = node_token_issue(name=agent.name)
         logfile = open(workdir / "agent.log", "ab")  # noqa: SIM115 - kept open for the child's life
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "SECRET_"))}
-        env["E31_AGENT_TOKEN"] = token
+        env["E31_NODE_TOKEN"] = token
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "e31_agent.cli", "--server", url, "--simulate", agent.simulate,
              "--workdir", str(workdir)],
@@ -144,7 +144,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     beat.start()
     try:
         Server(application=application, endpoints=[f"tcp:port={port}:interface={host}"],
-               ready_callable=ready, signal_handlers=True, action_logs=False,
+               ready_callable=ready, signal_handlers=True,
                http_timeout=None, websocket_handshake_timeout=10).run()
     finally:
         beat.stopped.set()

@@ -74,3 +74,6 @@ class BundlePart(models.Model):
     class Meta:
         ordering = ["bundle", "offset"]
         constraints = [models.UniqueConstraint(fields=["bundle", "offset"], name="bundle_part_offset_unique")]
+
+    def __str__(self) -> str:
+        return f"part of bundle {self.bundle_id} at {self.offset}"

@@ -115,6 +115,9 @@ class LogChunk(models.Model):
             models.UniqueConstraint(fields=["job", "attempt", "offset"], name="log_chunk_offset_unique")
         ]
 
+    def __str__(self) -> str:
+        return f"log of job {self.job_id}.{self.attempt} at {self.offset}"
+
 
 class AgentReport(models.Model):
     """A report already applied, so a report delivered twice changes nothing.
@@ -134,3 +137,6 @@ class AgentReport(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "attempt", "seq"], name="agent_report_seq_unique")
         ]
+
+    def __str__(self) -> str:
+        return f"report {self.seq} {self.type} of job {self.job_id}.{self.attempt}"

@@ -177,7 +177,7 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
 
 
 def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    Lease.objects.filter(job=job, attempt=job.attempt, node=lease.node, accepted_at__isnull=True).update(accepted_at=now)
+    Lease.objects.filter(pk=lease.pk, accepted_at__isnull=True).update(accepted_at=now)
 
 
 def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
@@ -284,12 +284,13 @@ def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int |
     return bytes(out[:limit])
 
 
-def jobs_handle_node_loss(*, node: Node, at: datetime) -> None:
+def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None = None) -> None:
     """Requeue (attempt + 1, same place) or release ``node_lost`` the jobs on a lost node.
 
     Leases end at ``at`` (the last heartbeat), recorded but not charged.
+    ``job_ids`` limits it to those jobs (an agent that lost them, not the node).
     """
-    for lease in leases_end_lost(node=node, at=at):
+    for lease in leases_end_lost(node=node, at=at, job_ids=job_ids):
         job = Job.objects.select_for_update().get(pk=lease.job_id)
         if job.attempt != lease.attempt or job.state not in (JobState.RENTED, JobState.RUNNING, JobState.OUTPUT):
             continue
@@ -309,6 +310,27 @@ def jobs_handle_node_loss(*, node: Node, at: datetime) -> None:
                            outcome=Outcome.NODE_LOST, end_reason=EndReason.NODE_LOST)
         except TransitionError:
             log.info("job %s moved while its node was lost", job.pk)
+
+
+def jobs_reconcile_heartbeat(*, node: Node, running: list[dict[str, int]], min_age_s: float) -> int:
+    """Treat as lost the accepted attempts that ``node``'s agent no longer lists as running.
+
+    An agent restarted mid-job kills what its predecessor left and stops
+    listing those attempts; the server then handles them like a node loss
+    (requeued, not charged). Only leases accepted more than ``min_age_s``
+    ago are considered, so a heartbeat sent just before an accept loses
+    nothing. Returns how many jobs it handled.
+    """
+    listed = {(r["job_id"], r["attempt"]) for r in running}
+    cutoff = timezone.now() - timedelta(seconds=min_age_s)
+    lost = {lease.job_id for lease in Lease.objects.filter(
+        node=node, released_at__isnull=True, accepted_at__lt=cutoff).select_related("job")
+        if (lease.job_id, lease.attempt) not in listed and lease.attempt == lease.job.attempt}
+    if lost:
+        with transaction.atomic():
+            log.warning("node %s no longer runs jobs %s: treating them as lost", node.name, sorted(lost))
+            jobs_handle_node_loss(node=node, at=timezone.now(), job_ids=lost)
+    return len(lost)
 
 
 def jobs_enforce_time_limits(grace_s: int | None = None) -> int:

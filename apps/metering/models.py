@@ -86,3 +86,6 @@ class LeaseGpu(models.Model):
             # one open lease: two cycles racing for a GPU cannot both commit.
             models.UniqueConstraint(fields=["gpu"], condition=Q(open=True), name="one_open_lease_per_gpu"),
         ]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} in lease {self.lease_id}{' (open)' if self.open else ''}"

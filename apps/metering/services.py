@@ -71,13 +71,17 @@ def leases_release(*, job, attempt: int, now: datetime | None = None) -> int:
 
 
 @transaction.atomic
-def leases_end_lost(*, node: Node, at: datetime) -> list[Lease]:
+def leases_end_lost(*, node: Node, at: datetime, job_ids: set[int] | None = None) -> list[Lease]:
     """End every open lease on a lost ``node`` at ``at`` (its last heartbeat), not charged.
 
-    Returns the leases it ended, so the caller can requeue their jobs.
+    ``job_ids`` limits it to the leases of those jobs. Returns the leases it
+    ended, so the caller can requeue their jobs.
     """
     ended = []
-    for lease in Lease.objects.select_for_update().filter(node=node, released_at__isnull=True):
+    leases = Lease.objects.select_for_update().filter(node=node, released_at__isnull=True)
+    if job_ids is not None:
+        leases = leases.filter(job_id__in=job_ids)
+    for lease in leases:
         if lease.run_ended_at is None:
             _stop(lease, max(at, lease.rented_at), reason="node_lost", charged=False)
         else:

@@ -1,4 +1,10 @@
+"""Browser pages of the meter. Mounted at ``/usage/``."""
 from django.urls import path
 
+from . import views
+
 app_name = "metering"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.usage, name="usage"),
+    path("csv/", views.usage_csv, name="usage_csv"),
+]

@@ -27,7 +27,7 @@ from .choices import NodeState
 from .models import Gpu, Node
 from .notify import node_wake
 from .scheduler import GpuSlot, JobRequest, NodeView, schedule
-from .scheduler.matching import describe_request, model_matches, node_could_ever_hold
+from .scheduler.matching import model_matches, node_could_ever_hold
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"

@@ -1,4 +1,9 @@
+"""Browser page of the pool. Mounted at ``/pool/``."""
 from django.urls import path
 
+from . import views
+
 app_name = "pool"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.pool, name="summary"),
+]

@@ -3,8 +3,8 @@ import io
 
 import pytest
 import yaml
-from django.core.management import call_command
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from apps.jobs.models import Job
@@ -83,7 +83,8 @@ def test_it_refuses_file_urls_outside_allowed_roots(api, pool, settings):
     ({"gpus": 16, "gpu_model": ["H100"], "time_limit": "1h"},
      "No node has 16 GPUs of model H100; the most on one node is 4."),
     ({"gpus": 1, "gpu_model": ["L40S"], "time_limit": "1h"}, "the most on one node is 0"),
-    ({"gpus": 4, "nodes": 2, "gpu_model": ["H100"], "time_limit": "1h"}, "Only 1 node can hold 4 H100; the job asks for 2 such nodes."),
+    ({"gpus": 4, "nodes": 2, "gpu_model": ["H100"], "time_limit": "1h"},
+     "Only 1 node can hold 4 H100; the job asks for 2 such nodes."),
     ({"gpus": 1, "gpu_memory_gb": 100, "time_limit": "1h"}, "with 100 GB or more each"),
 ])
 def test_it_refuses_what_no_node_could_ever_hold(api, pool, compute, words):

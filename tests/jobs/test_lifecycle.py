@@ -139,3 +139,17 @@ def test_the_server_ends_a_run_past_its_time_limit_on_its_own(owner, pool):
     job = Job.objects.get(pk=job.pk)
     assert (job.state, job.outcome) == ("released", "timed_out")
     assert Lease.objects.get(job=job).billed_seconds == 60
+
+
+def test_jobs_an_agent_no_longer_lists_are_requeued_uncharged(owner, pool):
+    agent = Agent(submit(owner))
+    agent.say("accepted")
+    agent.say("running")
+    from apps.jobs.services import jobs_reconcile_heartbeat
+
+    node = agent.lease.node
+    assert jobs_reconcile_heartbeat(node=node, running=[{"job_id": agent.job.pk, "attempt": 1}], min_age_s=0) == 0
+    Lease.objects.filter(pk=agent.lease.pk).update(accepted_at=timezone.now() - timedelta(seconds=60))
+    assert jobs_reconcile_heartbeat(node=node, running=[], min_age_s=20) == 1
+    job = Job.objects.get(pk=agent.job.pk)
+    assert job.attempt == 2 and Lease.objects.get(pk=agent.lease.pk).charged is False

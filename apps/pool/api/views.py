@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
-from apps.jobs.services import StaleAttempt, agent_report, log_append
+from apps.jobs.services import StaleAttempt, agent_report, jobs_reconcile_heartbeat, log_append
 from apps.metering.models import Lease
 
 from ..models import Node
@@ -63,6 +63,9 @@ class HeartbeatView(AgentView):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
+        if "running" in request.data:
+            jobs_reconcile_heartbeat(node=self.node, running=ser.validated_data["running"],
+                                     min_age_s=2 * settings.E31_HEARTBEAT_S)
         return Response({"cancel": agent_work_for(self.node)["cancel"], "state": self.node.state})
 
 

@@ -53,7 +53,7 @@ class _Pool:
         return [(o[3], o[4][: job.gpus_per_node]) for o in options[: job.nodes]]
 
     def hold(self, job: JobRequest, choice, start: float) -> None:
-        for node, gpus in choice:
+        for _node, gpus in choice:
             for gpu in gpus:
                 self.free_at[gpu.gpu_id] = start + job.time_limit_s
 

@@ -1,0 +1,71 @@
+"""The agent's settings and the layout of its work directory."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """``WORKDIR`` and what lives in it.
+
+    ``jobs/<job_id>/`` job dirs (mode 0700), ``logs/`` the combined output of
+    each attempt, ``bundles/`` packed outputs, ``cache/`` staged inputs kept
+    across jobs, ``tmp/`` downloads in progress. Logs, bundles and temporary
+    files stay outside the job dirs, out of the jobs' reach.
+    """
+
+    root: Path
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def bundles(self) -> Path:
+        return self.root / "bundles"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def scope(self) -> str:
+        """A short id of this workdir, used to mark the processes of its jobs."""
+        return hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.jobs / str(job_id)
+
+    def log_path(self, job_id: int, attempt: int) -> Path:
+        return self.logs / f"{job_id}-{attempt}.log"
+
+    def bundle_path(self, job_id: int, attempt: int) -> Path:
+        return self.bundles / f"{job_id}-{attempt}.tar.gz"
+
+    def create(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path in (self.jobs, self.logs, self.bundles, self.cache, self.tmp):
+            path.mkdir(mode=0o700, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Settings from the command line; durations in seconds."""
+
+    server: str
+    token: str
+    workdir: Path
+    simulate: str | None = None
+    keep_files: bool = False  # keep job dirs, logs and bundles after a job (debugging)
+    shutdown_grace_s: float = 10.0  # longest SIGTERM-to-SIGKILL wait when the agent stops

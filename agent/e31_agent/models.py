@@ -1,0 +1,192 @@
+"""Typed shapes of what the agent sends and receives (docs/agent-protocol.md).
+
+Parsing is lenient about extra fields (the server may add some) and strict
+about the ones the agent needs: a missing required field raises ``KeyError``
+or ``ValueError``, which the caller treats as a bad answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """One attempt of one job: what heartbeats and cancels talk about."""
+
+    job_id: int
+    attempt: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobRef:
+        return cls(job_id=int(data["job_id"]), attempt=int(data["attempt"]))
+
+    def to_json(self) -> dict[str, int]:
+        return {"job_id": self.job_id, "attempt": self.attempt}
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU of the node; ``memory_mb`` in MiB (as NVML reports it)."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+
+
+@dataclass
+class Inventory:
+    """What ``register`` sends: the node's hardware; sizes in bytes."""
+
+    hostname: str
+    agent_version: str
+    gpus: list[GpuInfo]
+    cpus: int
+    memory_bytes: int
+    disk_bytes: int
+    runtimes: list[str]
+    simulated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RegisterAnswer:
+    """The server's answer to ``register``; intervals in seconds."""
+
+    node: str
+    heartbeat_interval_s: float
+    poll_wait_s: float
+    running: list[JobRef]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RegisterAnswer:
+        return cls(
+            node=str(data.get("node", "")),
+            heartbeat_interval_s=float(data.get("heartbeat_interval_s") or 10),
+            poll_wait_s=float(data.get("poll_wait_s") or 20),
+            running=[JobRef.from_json(r) for r in data.get("running") or []],
+        )
+
+
+@dataclass(frozen=True)
+class DataItem:
+    """One input of ``spec.data``: fetched from ``source`` to ``target``."""
+
+    source: str
+    target: str = ""
+    sha256: str | None = None
+    extract: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DataItem:
+        sha = data.get("sha256")
+        return cls(
+            source=str(data["source"]),
+            target=str(data.get("target") or ""),
+            sha256=str(sha).lower() if sha else None,
+            extract=bool(data.get("extract") or False),
+        )
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The parts of a validated job spec (SPEC §2) the agent acts on."""
+
+    name: str
+    command: str
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    data: list[DataItem] = field(default_factory=list)
+    output_paths: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+        work = data.get("work") or {}
+        output = data.get("output") or {}
+        return cls(
+            name=str(data.get("name", "")),
+            command=str(work["command"]),
+            image=work.get("image") or None,
+            env={str(k): str(v) for k, v in (work.get("env") or {}).items()},
+            data=[DataItem.from_json(d) for d in data.get("data") or []],
+            output_paths=[str(p) for p in output.get("paths") or []],
+        )
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One lease handed to this node by ``work``.
+
+    ``deadline`` is on this process's ``time.monotonic()`` clock: the moment
+    the answer arrived plus ``deadline_in_s``, so the agent's wall clock never
+    matters. ``grace_s`` is the SIGTERM-to-SIGKILL delay in seconds.
+    """
+
+    job_id: int
+    attempt: int
+    lease_id: int | None
+    gpu_indices: list[int]
+    time_limit_s: float
+    deadline: float
+    grace_s: float
+    env: dict[str, str]
+    spec: JobSpec
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(self.job_id, self.attempt)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> Assignment:
+        received = time.monotonic() if received_at is None else received_at
+        time_limit = float(data.get("time_limit_s") or 0)
+        deadline_in = data.get("deadline_in_s")
+        return cls(
+            job_id=int(data["job_id"]),
+            attempt=int(data["attempt"]),
+            lease_id=data.get("lease_id"),
+            gpu_indices=[int(g["index"]) for g in data.get("gpus") or []],
+            time_limit_s=time_limit,
+            deadline=received + float(time_limit if deadline_in is None else deadline_in),
+            grace_s=float(data.get("grace_s", 30)),
+            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            spec=JobSpec.from_json(data["spec"]),
+        )
+
+
+@dataclass(frozen=True)
+class WorkAnswer:
+    """The answer of one ``work`` long poll."""
+
+    assignments: list[Assignment]
+    cancel: list[JobRef]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> WorkAnswer:
+        received = time.monotonic() if received_at is None else received_at
+        return cls(
+            assignments=[
+                Assignment.from_json(a, received_at=received) for a in data.get("assignments") or []
+            ],
+            cancel=[JobRef.from_json(c) for c in data.get("cancel") or []],
+        )
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a bundle's manifest; ``size_bytes`` in bytes."""
+
+    path: str
+    size_bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

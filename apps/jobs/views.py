@@ -1,0 +1,236 @@
+"""Browser pages of jobs (SPEC §7): my jobs, new job, the job page, its log, bundle and cancel.
+
+Views parse the request, call a service or selector and render; every read of
+a job goes through :func:`apps.jobs.selectors.jobs_of`, so another user's job
+answers 404. Every page works by plain reload, without JavaScript.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from apps.artifacts.http import serve_file
+from apps.artifacts.services import bundle_latest
+from apps.metering.billing import billed_seconds, cost
+
+from .choices import JobState
+from .examples import example_files, example_names
+from .forms import JobForm, new_job_form, price_estimate, rate_table, rate_text
+from .models import Job
+from .selectors import jobs_of
+from .services import job_cancel, log_read
+from .spec import SpecError, format_duration, spec_to_yaml
+
+JOBS_PER_PAGE = 50
+LOG_TAIL_BYTES = 64 * 1024
+
+
+# --- reads the pages need (candidates for apps/jobs/selectors.py) ---------
+@dataclass(frozen=True)
+class Money:
+    """What a job has cost so far (SPEC §4): charged leases, plus what open runs accrue.
+
+    ``cost`` is kept to 6 places; pages show it to the cent. ``accruing`` is
+    true while a run's meter is still going (its lease has no cost yet).
+    """
+
+    cost: Decimal
+    billed_seconds: int
+    accruing: bool
+
+
+def job_money(leases, now: datetime) -> Money:
+    """Cost so far over a job's leases; an open, unpriced run is priced up to ``now``."""
+    total, seconds, accruing = Decimal(0), 0, False
+    for lease in leases:
+        if not lease.charged:
+            continue
+        if lease.cost is not None:
+            total += lease.cost
+            seconds += lease.billed_seconds or 0
+        elif lease.run_ended_at is None:
+            running = billed_seconds(lease.rented_at, now, lease.time_limit_s)
+            total += cost(running, lease.gpu_count, lease.rate_per_gpu_hour)
+            seconds += running
+            accruing = True
+    return Money(total, seconds, accruing)
+
+
+def _own_job(request: HttpRequest, pk: int) -> Job:
+    """The requester's job ``pk``; anyone else's answers 404, as if it did not exist."""
+    job = jobs_of(request.user).filter(pk=pk).first()
+    if job is None:
+        raise Http404("No such job.")
+    return job
+
+
+# --- pages ---------------------------------------------------------------
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    """My jobs, newest first, 50 a page, optionally one state (``?state=queued``)."""
+    state = request.GET.get("state", "")
+    jobs = jobs_of(request.user).prefetch_related("leases")
+    if state in JobState.values:
+        jobs = jobs.filter(state=state)
+    else:
+        state = ""
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    for job in page:
+        job.money = job_money(job.leases.all(), now)
+    return render(request, "jobs/list.html", {
+        "section": "jobs", "page": page, "state": state, "states": JobState.choices,
+        "examples": example_names(),
+        "has_any": page.paginator.count > 0 or jobs_of(request.user).exists(),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest) -> HttpResponse:
+    """The new-job form; ``?example=<name>`` starts from an example's ``job.yaml``."""
+    if request.method == "POST":
+        form = JobForm(request.POST, request.FILES, owner=request.user)
+        if form.is_valid():
+            try:
+                job = form.submit()
+            except SpecError as exc:
+                form.add_spec_errors(exc.errors)
+            else:
+                messages.success(request, f"Job {job.pk} submitted.")
+                return redirect(job)
+    else:
+        try:
+            form = new_job_form(owner=request.user, example=request.GET.get("example") or None)
+        except LookupError:
+            raise Http404("No such example.") from None
+    example = (form.data.get("example") if form.is_bound else form.initial.get("example")) or ""
+    return render(request, "jobs/new.html", {
+        "section": "new", "form": form, "rows": form.rows, "examples": example_names(),
+        "example": example if example in example_names() else "",
+        "example_files": example_files(example) if example in example_names() else [],
+        "estimate": price_estimate(form.compute_document()), "rates": rate_table(),
+    })
+
+
+@login_required
+@require_GET
+def job_estimate(request: HttpRequest) -> HttpResponse:
+    """The price estimate fragment for the compute part as typed (htmx asks on change)."""
+    return render(request, "jobs/_estimate.html", {"estimate": price_estimate(request.GET.dict()),
+                                                   "rates": rate_table()})
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
+    job = _own_job(request, pk)
+    leases = list(job.leases.select_related("node").order_by("attempt", "node_rank"))
+    for lease in leases:
+        lease.rate = rate_text(lease.rate_per_gpu_hour)
+    tail, tail_cut = _log_tail(job)
+    return render(request, "jobs/detail.html", {
+        "section": "jobs", "job": job, "events": job.events.all(), "leases": leases,
+        "money": job_money(leases, timezone.now()), "steps": _steps(job),
+        "time_limit": format_duration(job.time_limit_s),
+        "log_tail": tail, "log_cut": tail_cut, "bundle": bundle_latest(job),
+        "spec_yaml": spec_to_yaml(job.spec),
+    })
+
+
+@login_required
+@require_GET
+def job_log(request: HttpRequest, pk: int) -> HttpResponse:
+    """The whole log of the current attempt (or ``?attempt=N``) as plain text."""
+    job = _own_job(request, pk)
+    try:
+        attempt = int(request.GET.get("attempt", job.attempt))
+    except ValueError:
+        attempt = 0
+    if not 1 <= attempt <= job.attempt:
+        return HttpResponse(f"attempt must be between 1 and {job.attempt}\n", status=400,
+                            content_type="text/plain; charset=utf-8")
+    data = log_read(job, 0, limit=settings.E31_LOG_MAX_BYTES + 4096, attempt=attempt)
+    resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
+    resp["Content-Disposition"] = f'inline; filename="job-{job.pk}-attempt-{attempt}.log"'
+    return resp
+
+
+@login_required
+@require_GET
+def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
+    """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
+    job = _own_job(request, pk)
+    bundle = bundle_latest(job)
+    if bundle is None or not bundle.file:
+        raise Http404("This job has no bundle.")
+    return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle.tar.gz",
+                      size=bundle.size_bytes)
+
+
+@login_required
+@require_POST
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel the job (idempotent), then back to its page."""
+    job = job_cancel(job=_own_job(request, pk), by=request.user)
+    if job.state == JobState.RELEASED:
+        messages.success(request, f"Job {job.pk} is cancelled.")
+    else:
+        messages.info(request, f"Cancel of job {job.pk} requested: the node stops the run "
+                               "and packs its outputs.")
+    return redirect(job)
+
+
+# --- helpers -------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One of the five steps on the job page: its name, when it happened, and where the job is."""
+
+    label: str
+    at: datetime | None
+    status: str  # "done", "current", "todo", or "skipped" (a released job never got there)
+
+
+# (label, the job's time stamp, the state that step is current in)
+STEP_FIELDS = (
+    ("Submitted", "submitted_at", JobState.QUEUED),
+    ("Rented", "rented_at", JobState.RENTED),
+    ("Run started", "run_started_at", JobState.RUNNING),
+    ("Run ended", "run_ended_at", JobState.OUTPUT),
+    ("Released", "released_at", JobState.RELEASED),
+)
+
+
+def _steps(job: Job) -> list[Step]:
+    steps = []
+    for label, field, state in STEP_FIELDS:
+        at = getattr(job, field)
+        if job.state == state and state != JobState.RELEASED:
+            status = "current"
+        elif at:
+            status = "done"
+        else:
+            status = "skipped" if job.state == JobState.RELEASED else "todo"
+        steps.append(Step(label, at, status))
+    return steps
+
+
+def _log_tail(job: Job) -> tuple[str, bool]:
+    """The last ~64 KB of the current attempt's log as text, and whether earlier bytes were cut."""
+    offset = max(0, job.log_size - LOG_TAIL_BYTES)
+    text = log_read(job, offset, limit=LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    if offset:
+        text = text.partition("\n")[2]  # start at a whole line
+    return text, offset > 0

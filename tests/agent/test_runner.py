@@ -1,0 +1,148 @@
+"""Runner: the job's environment, exit codes, and stopping every process of it."""
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from e31_agent.runner import MARKER_VAR, JobProcess, build_env, new_marker, supervise
+
+
+def _start(tmp_path: Path, command: str, **env_kw) -> JobProcess:
+    job_dir = tmp_path / "jobs" / "7"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    env = build_env(
+        job_dir=job_dir,
+        spec_env=env_kw.get("spec_env", {}),
+        assignment_env=env_kw.get("assignment_env", {}),
+        gpu_indices=env_kw.get("gpus", [0]),
+        marker=new_marker("test", 7, 1),
+    )
+    return JobProcess.start(
+        ["/bin/sh", "-c", command], cwd=job_dir, env=env, log_path=tmp_path / "logs" / "7-1.log"
+    )
+
+
+def _left(proc: JobProcess) -> list[psutil.Process]:
+    """Every live, non-zombie process of the job, found independently of the runner."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            in_group = os.getpgid(p.pid) == proc.pgid
+            marked = not in_group and p.environ().get(MARKER_VAR) == proc.marker
+            if (in_group or marked) and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return left
+
+
+def _wait_for_children(proc: JobProcess, count: int, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if len(_left(proc)) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"job never had {count} processes")
+
+
+def test_the_env_has_gpus_and_spec_env_but_not_the_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("E31_NODE_TOKEN", "node-secret-token")
+    monkeypatch.setenv("AGENT_ONLY", "x")
+    proc = _start(
+        tmp_path,
+        "env > env.txt; command -v python",
+        spec_env={"SEED": "1", "CUDA_VISIBLE_DEVICES": "9"},
+        assignment_env={"E31_JOB_ID": "7", "E31_NODE_RANK": "0"},
+        gpus=[2, 3],
+    )
+    result = supervise(
+        proc, deadline=time.monotonic() + 10, cancel=threading.Event(),
+        drop=threading.Event(), grace_s=1,
+    )  # fmt: skip
+    assert (result.reason, result.exit_code) == ("exit", 0)
+    env = dict(
+        line.split("=", 1) for line in (tmp_path / "jobs/7/env.txt").read_text().splitlines()
+        if "=" in line
+    )  # fmt: skip
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"  # the lease wins over the spec
+    assert env["SEED"] == "1" and env["E31_JOB_ID"] == "7"
+    assert env["HOME"] == str(tmp_path / "jobs" / "7")
+    assert env["PATH"].split(":")[0] == os.path.dirname(sys.executable)
+    assert "E31_NODE_TOKEN" not in env and "AGENT_ONLY" not in env
+    assert "node-secret-token" not in (tmp_path / "jobs/7/env.txt").read_text()
+    log = (tmp_path / "logs" / "7-1.log").read_text()
+    assert log.strip() == os.path.join(os.path.dirname(sys.executable), "python")
+
+
+@pytest.mark.parametrize(("command", "code"), [("true", 0), ("exit 3", 3), ("kill -9 $$", 137)])
+def test_exit_codes_propagate(tmp_path, command, code):
+    proc = _start(tmp_path, command)
+    result = supervise(
+        proc, deadline=time.monotonic() + 10, cancel=threading.Event(),
+        drop=threading.Event(), grace_s=1,
+    )  # fmt: skip
+    assert (result.reason, result.exit_code) == ("exit", code)
+
+
+def test_stdout_and_stderr_share_the_log(tmp_path):
+    proc = _start(tmp_path, "echo out; echo err >&2; echo out2")
+    supervise(
+        proc, deadline=time.monotonic() + 10, cancel=threading.Event(),
+        drop=threading.Event(), grace_s=1,
+    )  # fmt: skip
+    assert (tmp_path / "logs" / "7-1.log").read_text() == "out\nerr\nout2\n"
+
+
+def test_cancel_kills_the_whole_job(tmp_path):
+    # a background child, one that left the process group, and a shell ignoring SIGTERM
+    proc = _start(tmp_path, "trap '' TERM; sleep 1000 & setsid sleep 1001 & sleep 1002; sleep 1003")
+    _wait_for_children(proc, 4)
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    started = time.monotonic()
+    result = supervise(
+        proc, deadline=time.monotonic() + 60, cancel=cancel, drop=threading.Event(), grace_s=1
+    )
+    assert result.reason == "cancelled"
+    assert result.exit_code == 137  # the shell ignored SIGTERM: SIGKILL after the grace
+    assert 1.0 <= time.monotonic() - started < 10
+    assert _left(proc) == []
+
+
+def test_the_deadline_stops_the_job(tmp_path):
+    proc = _start(tmp_path, "sleep 1000 & sleep 1000")
+    _wait_for_children(proc, 3)
+    started = time.monotonic()
+    result = supervise(
+        proc, deadline=started + 1, cancel=threading.Event(), drop=threading.Event(), grace_s=1
+    )
+    assert result.reason == "time_limit"
+    assert result.exit_code == 143  # SIGTERM was enough
+    assert 0.9 <= time.monotonic() - started < 5
+    assert _left(proc) == []
+
+
+def test_leftovers_are_stopped_when_the_shell_exits(tmp_path):
+    proc = _start(tmp_path, "sleep 1000 & echo started")
+    result = supervise(
+        proc, deadline=time.monotonic() + 60, cancel=threading.Event(),
+        drop=threading.Event(), grace_s=1,
+    )  # fmt: skip
+    assert (result.reason, result.exit_code) == ("exit", 0)
+    assert _left(proc) == []
+
+
+def test_stop_is_idempotent(tmp_path):
+    proc = _start(tmp_path, "sleep 1000")
+    _wait_for_children(proc, 1)
+    threads = [threading.Thread(target=proc.stop, args=(1,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert proc.stop(1) == []
+    assert _left(proc) == []

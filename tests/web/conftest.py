@@ -1,0 +1,54 @@
+"""Fixtures of the browser tests: a user, a stranger, staff, a node of 4 x H100-80GB."""
+import pytest
+from django.test import Client
+
+from .factories import WebUserFactory, node_with_gpus
+
+
+@pytest.fixture(autouse=True)
+def _media_in_tmp(settings, tmp_path):
+    """Uploads and bundles written by a test stay in its own directory."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+
+
+@pytest.fixture
+def user(db):
+    return WebUserFactory(username="alice")
+
+
+@pytest.fixture
+def stranger_user(db):
+    return WebUserFactory(username="mallory")
+
+
+@pytest.fixture
+def staff_user(db):
+    return WebUserFactory(username="operator", is_staff=True)
+
+
+@pytest.fixture
+def node(db):
+    """One node that is up, with 4 x H100-80GB: enough for the examples and small specs."""
+    return node_with_gpus(count=4, model="H100-80GB", memory_mb=81559)
+
+
+@pytest.fixture
+def web(user):
+    """A browser signed in as ``user``."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def stranger_web(stranger_user):
+    client = Client()
+    client.force_login(stranger_user)
+    return client
+
+
+@pytest.fixture
+def staff_web(staff_user):
+    client = Client()
+    client.force_login(staff_user)
+    return client

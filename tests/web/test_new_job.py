@@ -1,0 +1,325 @@
+"""The new-job form: four parts, YAML paste or file, examples, errors in place, price."""
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from apps.artifacts.models import Upload
+from apps.jobs.examples import example_attachments, example_file, example_names
+from apps.jobs.models import Job
+
+from .factories import WebUserFactory, spec_doc
+
+pytestmark = pytest.mark.django_db
+
+EXAMPLES = ["training", "inference", "processing", "simulation"]
+
+
+BLANK_ROW = {"data-0-source": "", "data-0-target": "", "data-0-extract": ""}
+
+
+def form_data(**overrides):
+    """What a browser posts for a filled-in form (three data rows)."""
+    data = {
+        "spec_text": "", "example": "",
+        "name": "resnet-finetune", "command": "python train.py --epochs 3", "kind": "training",
+        "env": "SEED=1\nMODE=fast", "image": "",
+        "gpus": "2", "nodes": "1", "gpu_model": "H100", "gpu_memory_gb": "40", "cpus": "8",
+        "memory_gb": "64", "time_limit": "1h30m",
+        "paths": "checkpoints/**\nmetrics.json", "retention_days": "3",
+        "data-TOTAL_FORMS": "3", "data-INITIAL_FORMS": "0", "data-MIN_NUM_FORMS": "0",
+        "data-MAX_NUM_FORMS": "100",
+        "data-0-source": "https://example.com/data.tar.gz", "data-0-target": "data/",
+        "data-0-extract": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+def yaml_data(text, **overrides):
+    return form_data(spec_text=text, **overrides)
+
+
+def field_html(html, name):
+    """The rendered <input>/<textarea> tag of field ``name``."""
+    match = re.search(rf'<(input|textarea|select)[^>]*name="{re.escape(name)}"[^>]*>', html)
+    assert match, f"no field {name}"
+    return match.group(0)
+
+
+def new_job_id(resp):
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    match = re.fullmatch(r"/jobs/(\d+)/", resp["Location"])
+    assert match, resp["Location"]
+    return int(match.group(1))
+
+
+# --- the page --------------------------------------------------------------
+def test_the_page_has_the_four_parts_the_yaml_box_examples_and_rates(web, node):
+    html = web.get("/jobs/new/").content.decode()
+    for part in ("Work", "Data", "Compute", "Output", "Spec as YAML"):
+        assert part in html
+    for name in EXAMPLES:
+        assert f'href="/jobs/new/?example={name}"' in html
+    assert 'name="data-2-source"' in html and 'name="data-2-file"' in html
+    assert 'name="files"' in html and "multiple" in field_html(html, "files")
+    assert 'enctype="multipart/form-data"' in html
+    assert "H100-80GB" in html and "$2.49" in html
+
+
+# --- the four parts ----------------------------------------------------------
+def test_the_form_submits_a_job_and_goes_to_its_page(web, user, node,
+                                                     django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # the scheduling cycle runs
+        resp = web.post("/jobs/new/", form_data(gpu_model="H100-80GB"))
+    job = Job.objects.get(pk=new_job_id(resp), owner=user)
+    assert job.spec["name"] == "resnet-finetune"
+    assert job.spec["work"] == {"command": "python train.py --epochs 3", "image": None,
+                                "env": {"SEED": "1", "MODE": "fast"}, "kind": "training"}
+    assert job.spec["data"] == [{"source": "https://example.com/data.tar.gz", "target": "data/",
+                                 "sha256": None, "extract": True}]
+    compute = job.spec["compute"]
+    assert (compute["gpus"], compute["nodes"], compute["gpu_model"], compute["time_limit"]) == \
+        (2, 1, ["H100-80GB"], "1h30m")
+    assert (compute["gpu_memory_gb"], compute["cpus"], compute["memory_gb"]) == (40, 8, 64)
+    assert job.spec["output"] == {"paths": ["checkpoints/**", "metrics.json"], "retention_days": 3}
+    page = web.get(resp["Location"]).content.decode()
+    assert "resnet-finetune" in page and "Rented" in page  # a free node: straight to rented
+    assert f"Job {job.pk} submitted." in page
+
+
+def test_bad_input_is_shown_next_to_its_field_and_nothing_is_lost(web, node):
+    data = form_data(gpus="-1", time_limit="forever", **{"data-0-target": "../x"})
+    resp = web.post("/jobs/new/", data)
+    assert resp.status_code == 200
+    assert not Job.objects.exists()
+    html = resp.content.decode()
+    assert "The job was not submitted" in html
+    gpus = field_html(html, "gpus")
+    assert 'value="-1"' in gpus and 'aria-invalid="true"' in gpus
+    assert re.search(r'id="id_gpus_error"><li>Must be greater than or equal to 1', html)
+    limit = field_html(html, "time_limit")
+    assert 'value="forever"' in limit and 'aria-invalid="true"' in limit
+    assert 'id="id_time_limit_error"' in html
+    target = field_html(html, "data-0-target")
+    assert 'value="../x"' in target and 'aria-invalid="true"' in target
+    assert "no &#x27;..&#x27;" in html
+    # the summary at the top links to the fields
+    assert 'href="#id_gpus"' in html and 'href="#id_data-0-target"' in html
+    # and everything else typed is still there
+    assert 'value="resnet-finetune"' in field_html(html, "name")
+    assert 'value="https://example.com/data.tar.gz"' in field_html(html, "data-0-source")
+    assert "SEED=1\nMODE=fast</textarea>" in html
+    assert re.search(r'<option value="training" selected>', html)
+
+
+def test_a_blank_form_says_what_is_required(web, node):
+    data = form_data(name="", command="", gpus="", time_limit="", paths="", **BLANK_ROW)
+    html = web.post("/jobs/new/", data).content.decode()
+    assert 'id="id_command_error"' in html and 'id="id_name_error"' in html
+    assert 'id="id_gpus_error"' in html and 'id="id_time_limit_error"' in html
+
+
+def test_an_env_line_without_equals_is_refused(web, node):
+    html = web.post("/jobs/new/", form_data(env="SEED=1\njust words")).content.decode()
+    assert "Line 2: write KEY=VALUE." in html
+    assert not Job.objects.exists()
+
+
+def test_an_env_key_the_spec_refuses_is_shown_on_env(web, node):
+    html = web.post("/jobs/new/", form_data(env="lower=1")).content.decode()
+    assert 'id="id_env_error"' in html and "[A-Z_][A-Z0-9_]*" in html
+
+
+def test_a_request_no_node_can_hold_is_explained_in_compute(web, node):
+    html = web.post("/jobs/new/", form_data(gpus="8")).content.decode()
+    assert "No node has 8 GPUs" in html and "the most on one node is 4" in html
+    assert 'href="#part-compute"' in html
+
+
+def test_a_row_with_a_url_and_a_file_is_refused(web, node):
+    upload = SimpleUploadedFile("a.txt", b"a")
+    html = web.post("/jobs/new/", form_data(**{"data-0-file": upload})).content.decode()
+    assert "Give a URL or a file, not both." in html
+    assert not Job.objects.exists()
+
+
+def test_a_row_file_is_uploaded_and_referenced(web, user, node):
+    script = SimpleUploadedFile("train.py", b"print('hi')\n")
+    data = form_data(**BLANK_ROW, **{"data-0-file": script})
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", data)))
+    item = job.spec["data"][0]
+    upload = Upload.objects.get(owner=user, name="train.py")
+    assert item["source"] == f"upload:{upload.pk}" and item["target"] == "train.py"
+
+
+def test_files_of_the_multiple_input_are_named_by_upload_name(web, user, node):
+    files = [SimpleUploadedFile("a.csv", b"1,2\n"), SimpleUploadedFile("b.csv", b"3,4\n")]
+    data = form_data(files=files, **{"data-0-source": "upload:a.csv", "data-0-target": "in/a.csv",
+                                     "data-1-source": "upload:b.csv"})
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", data)))
+    a, b = (Upload.objects.get(owner=user, name=n) for n in ("a.csv", "b.csv"))
+    assert [d["source"] for d in job.spec["data"]] == [f"upload:{a.pk}", f"upload:{b.pk}"]
+
+
+def test_files_survive_an_error_and_are_used_on_the_next_try(web, user, node):
+    script = SimpleUploadedFile("train.py", b"print('hi')\n")
+    data = form_data(gpus="0", **BLANK_ROW, **{"data-0-file": script})
+    html = web.post("/jobs/new/", data).content.decode()
+    upload = Upload.objects.get(owner=user, name="train.py")
+    assert f'name="kept" value="{upload.pk}"' in html and "Already attached" in html
+    retry = form_data(kept=[str(upload.pk)], **{**BLANK_ROW, "data-0-source": "upload:train.py"})
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", retry)))
+    assert job.spec["data"][0]["source"] == f"upload:{upload.pk}"
+    assert Upload.objects.filter(owner=user).count() == 1
+
+
+def test_another_users_kept_file_is_ignored(web, node):
+    other = WebUserFactory(username="bob")
+    theirs = Upload.objects.create(owner=other, name="secret.py", size_bytes=1, sha256="0" * 64,
+                                   file="x")
+    data = form_data(kept=[str(theirs.pk)], **{**BLANK_ROW, "data-0-source": "upload:secret.py"})
+    html = web.post("/jobs/new/", data).content.decode()
+    assert "No uploaded file named &#x27;secret.py&#x27;" in html
+    assert not Job.objects.exists()
+
+
+# --- YAML ------------------------------------------------------------------
+def test_a_pasted_yaml_spec_wins_over_the_four_parts(web, node):
+    text = yaml.safe_dump(spec_doc(name="from-yaml"))
+    resp = web.post("/jobs/new/", yaml_data(text, gpus="not a number"))
+    job = Job.objects.get(pk=new_job_id(resp))
+    assert job.name == "from-yaml" and job.spec["compute"]["gpus"] == 1
+
+
+def test_broken_yaml_is_explained_and_kept_in_the_box(web, node):
+    text = "name: [unclosed\nwork: {}\n"
+    html = web.post("/jobs/new/", yaml_data(text)).content.decode()
+    assert "Is not valid YAML at line" in html
+    assert "name: [unclosed\nwork: {}\n</textarea>" in html
+    assert 'id="id_spec_text_error"' in html
+
+
+def test_yaml_field_errors_name_their_path_by_the_box(web, node):
+    text = yaml.safe_dump(spec_doc(compute={"gpus": 0, "time_limit": "forever"}, colour="blue"))
+    html = web.post("/jobs/new/", yaml_data(text)).content.decode()
+    box = re.search(r'<ul class="errorlist" id="id_spec_text_error">(.*?)</ul>', html, re.S)
+    errors = box.group(1)
+    assert "compute.gpus: Must be greater than or equal to 1." in errors
+    assert "compute.time_limit: Must be a duration" in errors
+    assert "colour: Unknown field." in errors
+    assert "gpus: 0" in html  # the text is still in the box
+    assert not Job.objects.exists()
+
+
+def test_a_yaml_file_is_submitted(web, node):
+    upload = SimpleUploadedFile("job.yaml", yaml.safe_dump(spec_doc(name="from-file")).encode())
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", form_data(spec_file=upload))))
+    assert job.name == "from-file"
+
+
+def test_a_bad_yaml_file_lands_in_the_box_to_fix(web, node):
+    upload = SimpleUploadedFile("job.yaml", b"name: fine\ncompute: {gpus: -3, time_limit: 1h}\n")
+    html = web.post("/jobs/new/", form_data(spec_file=upload)).content.decode()
+    assert "compute: {gpus: -3, time_limit: 1h}" in html
+    assert "compute.gpus" in html
+
+
+def test_yaml_with_attached_files(web, user, node):
+    doc = spec_doc(data=[{"source": "upload:run.sh", "target": "run.sh"}])
+    data = yaml_data(yaml.safe_dump(doc), files=[SimpleUploadedFile("run.sh", b"echo hi\n")])
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", data)))
+    upload = Upload.objects.get(owner=user, name="run.sh")
+    assert job.spec["data"][0]["source"] == f"upload:{upload.pk}"
+
+
+# --- examples --------------------------------------------------------------
+def test_there_are_four_examples():
+    assert set(EXAMPLES) <= set(example_names())
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_starting_from_an_example_prefills_the_yaml_box(web, node, name):
+    html = web.get(f"/jobs/new/?example={name}").content.decode()
+    text = (Path(settings.E31_EXAMPLES_DIR) / name / "job.yaml").read_text()
+    assert yaml.safe_load(text)["name"] in html
+    assert 'name="example" value="' + name + '"' in html
+    assert "Worst case" in html or "worst case" in html
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_submitting_an_example_attaches_its_files(web, user, node, name):
+    folder = Path(settings.E31_EXAMPLES_DIR) / name
+    text = (folder / "job.yaml").read_text()
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", yaml_data(text, example=name))))
+    refs = [item["source"] for item in yaml.safe_load(text)["data"]]
+    assert len(job.spec["data"]) == len(refs)
+    for item, ref in zip(job.spec["data"], refs, strict=True):
+        upload = Upload.objects.get(pk=item["source"].removeprefix("upload:"), owner=user)
+        filename = ref.removeprefix("upload:")
+        assert upload.name == filename
+        assert upload.sha256 == hashlib.sha256((folder / filename).read_bytes()).hexdigest()
+
+
+def test_a_file_chosen_by_the_user_wins_over_the_examples(web, user, node):
+    text = (Path(settings.E31_EXAMPLES_DIR) / "training" / "job.yaml").read_text()
+    mine = SimpleUploadedFile("train.py", b"print('my own')\n")
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", yaml_data(text, example="training",
+                                                                          files=[mine]))))
+    upload = Upload.objects.get(pk=job.spec["data"][0]["source"].removeprefix("upload:"))
+    assert upload.sha256 == hashlib.sha256(b"print('my own')\n").hexdigest()
+
+
+def test_an_unknown_example_is_404(web):
+    assert web.get("/jobs/new/?example=../../e31site").status_code == 404
+    assert web.get("/jobs/new/?example=nope").status_code == 404
+
+
+def test_an_example_spec_cannot_reach_files_outside_its_directory(web, user, node):
+    doc = spec_doc(data=[{"source": "upload:../../e31site/settings.py", "target": "s.py"}])
+    resp = web.post("/jobs/new/", yaml_data(yaml.safe_dump(doc), example="training"))
+    html = resp.content.decode()
+    assert "No uploaded file named" in html
+    assert not Upload.objects.filter(owner=user).exists()
+
+
+def test_example_attachments_take_only_plain_names_in_the_example_dir(user):
+    refs = ["../inference/infer.py", "/etc/passwd", ".hidden", "nope.py", "sub/train.py",
+            "train.py"]
+    found = example_attachments(owner=user, name="training", refs=refs)
+    assert list(found) == ["train.py"]
+    assert example_attachments(owner=user, name="../training", refs=["train.py"]) == {}
+
+
+def test_example_files_do_not_follow_links_out(settings, tmp_path, user):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "job.yaml").write_text("name: demo\n")
+    (tmp_path / "outside.txt").write_text("secret")
+    (tmp_path / "demo" / "link.txt").symlink_to(tmp_path / "outside.txt")
+    settings.E31_EXAMPLES_DIR = tmp_path
+    assert example_names() == ["demo"]
+    assert example_file("demo", "link.txt") is None
+    assert example_file("demo", "job.yaml") is not None
+    assert example_attachments(owner=user, name="demo", refs=["link.txt"]) == {}
+
+
+# --- price -----------------------------------------------------------------
+def test_the_estimate_is_time_limit_times_gpus_times_rate(web, node):
+    resp = web.get("/jobs/new/estimate/?gpus=2&nodes=1&time_limit=2h&gpu_model=H100")
+    html = resp.content.decode()
+    assert "H100-80GB" in html and "$9.96" in html  # 2 h x 2 GPUs x 2.49
+    assert "A100-80GB" not in html
+
+
+def test_the_estimate_waits_for_a_complete_compute_part(web, node):
+    html = web.get("/jobs/new/estimate/?gpus=&time_limit=soon").content.decode()
+    assert "Give GPUs and a time limit" in html and "H100-80GB" in html
+
+
+def test_an_example_page_estimates_its_price(web, node):
+    html = web.get("/jobs/new/?example=training").content.decode()
+    assert "time limit (10m) on 1 GPU" in html and "$0.42" in html  # 10 min x 1 x 2.49
