@@ -173,6 +173,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "apps.jobs.api.errors.exception_handler",
+    # ?format= belongs to views (usage CSV), not to content negotiation.
+    "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_PARSER_CLASSES": [
         "apps.jobs.api.parsers.SafeJSONParser",
         "rest_framework.parsers.FormParser",
