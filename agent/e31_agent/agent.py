@@ -130,8 +130,10 @@ class Agent:
                 self._take(answer)
             except Exception:
                 log.exception("cannot take work answer")
-            # jitter: agents that all got an answer at once do not all come back at once
-            self.stop_event.wait(random.uniform(0, 0.2))
+            if not answer.assignments:
+                # jitter: agents whose polls all timed out at once do not all come back at once;
+                # after real work, ask again at once: more may be waiting
+                self.stop_event.wait(random.uniform(0, 0.2))
 
     def _beat(self) -> None:
         assert self.registration is not None

@@ -254,7 +254,7 @@ def supervise(
     cancel: threading.Event,
     drop: threading.Event,
     grace_s: float,
-    tick_s: float = 0.1,
+    tick_s: float = 0.02,
 ) -> RunResult:
     """Wait for the run to end, stopping it at ``deadline`` (monotonic seconds)
     or when ``cancel``/``drop`` is set; then make sure nothing of it is left.

@@ -23,7 +23,7 @@ from apps.pool.notify import node_wake
 from apps.pool.scheduling import job_request, pool_refusal
 
 from .choices import EndReason, JobState, Outcome
-from .models import AgentReport, Job, LogChunk
+from .models import AgentReport, Job, JobEvent, LogChunk
 from .spec import JobSpec, SpecError, parse_spec
 from .state import TransitionError, event_add, transition
 
@@ -107,8 +107,9 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     with transaction.atomic():
         job = _unsaved_job(spec, owner)
         job.max_attempts = settings.E31_MAX_ATTEMPTS
+        job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()
-        event_add(job, detail="submitted", to_state=JobState.QUEUED, at=job.submitted_at)
+        JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
         from apps.pool.tasks import enqueue_schedule_cycle
 
         enqueue_schedule_cycle()

@@ -49,8 +49,8 @@ def job_request(job: Job) -> JobRequest:
     )
 
 
-def pool_views(now: datetime, *, include_down: bool = False) -> list[NodeView]:
-    """Nodes with their present GPUs; a held GPU is free at its lease's time limit."""
+def pool_views(now: datetime) -> list[NodeView]:
+    """Nodes not down with their present GPUs; a held GPU is free at its lease's time limit."""
     held: dict[int, float] = {}
     used_cpus: dict[int, int] = defaultdict(int)
     used_mem: dict[int, int] = defaultdict(int)
@@ -67,9 +67,8 @@ def pool_views(now: datetime, *, include_down: bool = False) -> list[NodeView]:
             compute = lease.job.spec["compute"]
             used_cpus[lease.node_id] += compute.get("cpus") or 0
             used_mem[lease.node_id] += int((compute.get("memory_gb") or 0) * GB)
-    nodes = Node.objects.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True)))
-    if not include_down:
-        nodes = nodes.exclude(state=NodeState.DOWN)
+    nodes = Node.objects.exclude(state=NodeState.DOWN).prefetch_related(
+        Prefetch("gpus", queryset=Gpu.objects.filter(present=True)))
     return [
         NodeView(
             node_id=n.pk, name=n.name, state=n.state,
@@ -81,13 +80,30 @@ def pool_views(now: datetime, *, include_down: bool = False) -> list[NodeView]:
     ]
 
 
+def pool_capacity() -> list[NodeView]:
+    """Every node the pool knows, whatever its state, with its present GPUs, all free.
+
+    What "could ever hold" is judged against: two small queries, no leases.
+    """
+    gpus: dict[int, list[GpuSlot]] = defaultdict(list)
+    for gpu_id, node_id, model, memory_mb in Gpu.objects.filter(present=True).values_list(
+            "id", "node_id", "model", "memory_mb"):
+        gpus[node_id].append(GpuSlot(gpu_id, model, memory_mb))
+    return [
+        NodeView(node_id=n_id, name=name, state=state, gpus=gpus[n_id], cpus_total=cpus,
+                 memory_total_bytes=memory, runtimes=tuple(runtimes or ()))
+        for n_id, name, state, cpus, memory, runtimes in Node.objects.filter(pk__in=gpus).values_list(
+            "id", "name", "state", "cpus", "memory_bytes", "runtimes")
+    ]
+
+
 def pool_refusal(request: JobRequest) -> str | None:
     """Why no node the pool knows (whatever its state) could ever hold ``request``, or None.
 
     The message names the largest thing the pool does have, e.g. "no node has
     16 GPUs of model H100; the most on one node is 8".
     """
-    views = [v for v in pool_views(timezone.now(), include_down=True) if v.gpus]
+    views = pool_capacity()
     if not views:
         return "the pool has no GPU nodes yet; ask the operator to start an agent"
     able = [v for v in views if node_could_ever_hold(request, v)]

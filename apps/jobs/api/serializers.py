@@ -29,6 +29,8 @@ class JobSerializer(serializers.ModelSerializer):
         ]
 
     def _leases(self, job: Job) -> list:
+        if job.rented_at is None and job.attempt == 1:
+            return []  # never rented: no lease to read
         cache = self.context.setdefault("_leases", {})
         if job.pk not in cache:
             cache[job.pk] = list(job.leases.all())
@@ -44,6 +46,8 @@ class JobSerializer(serializers.ModelSerializer):
         return f"{total:.6f}"
 
     def get_bundle(self, job: Job) -> dict | None:
+        if job.run_started_at is None and job.attempt == 1:
+            return None  # never ran: nothing was packed
         bundle = bundle_latest(job)
         if bundle is None:
             return None

@@ -5,6 +5,7 @@ Nothing in this package imports Django, so the live site
 tests call one cycle directly.
 """
 from .core import schedule
-from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement
+from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
 
-__all__ = ["Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement", "schedule"]
+__all__ = ["Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement", "PolicyConfig", "Reservation",
+           "schedule"]

@@ -24,6 +24,7 @@ class JobRequest:
     memory_bytes: int = 0
     needs_runtime: bool = False
     priority_boost: int = 0
+    predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class GpuSlot:
     model: str
     memory_mb: int
     free_at: float = 0.0
+    expected_free_at: float | None = None  # by the holder's predicted runtime; None: same as free_at
 
 
 @dataclass
@@ -71,9 +73,37 @@ class Pending:
     reason: str
 
 
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How a cycle orders and plans. ``name`` is ``fifo``, ``easy`` or ``e31``.
+
+    Weights follow Slurm's priority/multifactor plugin
+    (https://slurm.schedmd.com/priority_multifactor.html): each factor is
+    normalised to [0, 1] and multiplied by its weight.
+    """
+
+    name: str = "e31"
+    reservation_depth: int = 4
+    weight_age: float = 1000.0
+    weight_fairshare: float = 10000.0
+    weight_boost: float = 1.0
+    age_max_s: float = 7 * 86400.0
+    fairshare_half_life_s: float = 7 * 86400.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs held in the plan for a job that cannot start yet, from ``start`` (epoch s)."""
+
+    job_id: int
+    start: float
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]
+
+
 @dataclass
 class Decision:
     """What one cycle decided."""
 
     placements: list[Placement] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
