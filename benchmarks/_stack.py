@@ -47,7 +47,8 @@ def manage(*args: str) -> str:
 
 
 def user_token(username: str = "bench") -> str:
-    manage("shell", "-c", f"from django.contrib.auth.models import User; User.objects.get_or_create(username='{username}')")
+    manage("shell", "-c", "from django.contrib.auth.models import User; "
+                          f"User.objects.get_or_create(username='{username}')")
     return manage("issue_token", username)
 
 

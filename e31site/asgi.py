@@ -16,8 +16,13 @@ django_asgi = ASGIStaticFilesHandler(get_asgi_application())
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
-websocket_urlpatterns: list = []
+from e31site.consumers import RefuseConsumer  # noqa: E402
+
+# Live pages arrive with the live-status issue; until then every socket is
+# refused cleanly (closed before any data) instead of failing to route.
+websocket_urlpatterns: list = [re_path(r"", RefuseConsumer.as_asgi())]
 
 application = ProtocolTypeRouter({
     "http": django_asgi,

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from here: the product runs offline
     "django_filters",
     "channels",
     "apps.jobs",
@@ -118,7 +119,7 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # Celery: https://docs.celeryq.dev/en/stable/userguide/configuration.html
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_TASK_ALWAYS_EAGER = env_bool("E31_CELERY_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True  # tasks are idempotent; a lost worker re-runs them
@@ -164,8 +165,9 @@ E31_UPLOAD_MAX_BYTES = env_int("E31_UPLOAD_MAX_BYTES", 1024 * 1024 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Token first: an anonymous call then answers 401 with WWW-Authenticate, not 403.
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -185,6 +187,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "E31 Network API",
     "DESCRIPTION": "Submit, rent, run, output, release: rent GPUs to jobs.",
     "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {
@@ -196,6 +201,7 @@ LOGGING = {
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},  # one line per task is noise in standalone
     },
 }
 
@@ -213,4 +219,15 @@ E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
-E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "fifo")
+E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)
+# Multifactor priority (apps/pool/scheduler; weights as in Slurm's priority/multifactor plugin,
+# https://slurm.schedmd.com/priority_multifactor.html): each factor in [0, 1] times its weight.
+E31_FAIRSHARE_HALF_LIFE_S = env_float("E31_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
+E31_PRIORITY_WEIGHT_AGE = env_float("E31_PRIORITY_WEIGHT_AGE", 1000.0)
+E31_PRIORITY_WEIGHT_FAIRSHARE = env_float("E31_PRIORITY_WEIGHT_FAIRSHARE", 10000.0)
+E31_PRIORITY_WEIGHT_BOOST = env_float("E31_PRIORITY_WEIGHT_BOOST", 1.0)
+E31_PRIORITY_AGE_MAX_S = env_float("E31_PRIORITY_AGE_MAX_S", 7 * 86400.0)
+E31_RESERVATION_DEPTH = env_int("E31_RESERVATION_DEPTH", 4)
+# A job queued this long goes ahead of every younger one (no job waits forever).
+E31_STARVATION_S = env_float("E31_STARVATION_S", 12 * 3600.0)
+E31_CYCLE_STATS_KEEP = env_int("E31_CYCLE_STATS_KEEP", 500)

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -143,9 +144,26 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# How to ask each runtime whether it can run containers now (a docker client
+# without a daemon answers ``--version`` but cannot run anything).
+RUNTIME_PROBES = {"docker": ["docker", "info"], "podman": ["podman", "info"], "apptainer": ["apptainer", "version"]}
+
+
+def runtime_works(name: str, timeout_s: float = 10.0) -> bool:
+    """True if ``name`` is on ``PATH`` and its probe (``docker info``...) succeeds within ``timeout_s``."""
+    if not shutil.which(name):
+        return False
+    try:
+        probe = subprocess.run(RUNTIME_PROBES.get(name, [name, "--version"]), capture_output=True,
+                               timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
 def container_runtimes() -> list[str]:
-    """Container runtimes found on ``PATH``."""
-    return [name for name in RUNTIMES if shutil.which(name)]
+    """Container runtimes on ``PATH`` that can run a container now."""
+    return [name for name in RUNTIMES if runtime_works(name)]
 
 
 def collect(*, workdir: Path, simulate: str | None = None) -> Inventory:

@@ -7,6 +7,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpRe
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 BLOCK = 64 * 1024
+UNSATISFIABLE = (-1, -1)
 
 
 def _stream(fh, start: int, length: int):
@@ -23,33 +24,56 @@ def _stream(fh, start: int, length: int):
         fh.close()
 
 
-def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int,
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The inclusive ``(first, last)`` byte range a ``Range`` header asks of ``size`` bytes.
+
+    Returns None when the header is absent, not one range, or invalid (then
+    it is ignored and the whole file is sent, RFC 9110 §14.2), and
+    ``UNSATISFIABLE`` when it is valid but starts past the end (416).
+    """
+    match = RANGE.match(header.strip()) if header else None
+    if not match or not (match.group(1) or match.group(2)):
+        return None
+    first, last = match.groups()
+    if first:
+        start = int(first)
+        if last and int(last) < start:
+            return None
+        if start >= size:
+            return UNSATISFIABLE
+        return start, min(int(last), size - 1) if last else size - 1
+    suffix = int(last)
+    if suffix == 0 or size == 0:
+        return UNSATISFIABLE
+    return max(0, size - suffix), size - 1
+
+
+def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, etag: str = "",
                content_type: str = "application/gzip") -> HttpResponse:
     """Answer 200 with the whole file, 206 with one range, or 416 for a range past the end.
 
-    Multi-range requests get the whole file (allowed by the RFC).
+    ``etag`` (for instance the file's sha256) is sent as a strong ETag; a
+    ``Range`` with an ``If-Range`` that does not match it gets the whole file.
     """
-    header = request.headers.get("Range", "")
-    match = RANGE.match(header.strip()) if header else None
-    if match and (match.group(1) or match.group(2)):
-        first, last = match.groups()
-        if first:
-            start = int(first)
-            end = min(int(last), size - 1) if last else size - 1
-        else:
-            start = max(0, size - int(last))
-            end = size - 1
-        if start >= size or start > end:
-            resp = HttpResponse(status=416)
-            resp["Content-Range"] = f"bytes */{size}"
-            return resp
-        fh = fieldfile.open("rb")
-        resp = StreamingHttpResponse(_stream(fh, start, end - start + 1), status=206, content_type=content_type)
+    wanted = byte_range(request.headers.get("Range", ""), size)
+    if_range = request.headers.get("If-Range")
+    if wanted is not None and if_range is not None and (not etag or if_range.strip() != f'"{etag}"'):
+        wanted = None
+    if wanted == UNSATISFIABLE:
+        resp = HttpResponse(status=416)
+        resp["Content-Range"] = f"bytes */{size}"
+        return resp
+    if wanted is not None:
+        start, end = wanted
+        resp = StreamingHttpResponse(_stream(fieldfile.open("rb"), start, end - start + 1), status=206,
+                                     content_type=content_type)
         resp["Content-Range"] = f"bytes {start}-{end}/{size}"
         resp["Content-Length"] = str(end - start + 1)
     else:
         resp = FileResponse(fieldfile.open("rb"), content_type=content_type)
         resp["Content-Length"] = str(size)
+    if etag:
+        resp["ETag"] = f'"{etag}"'
     resp["Accept-Ranges"] = "bytes"
     resp["Content-Disposition"] = f'attachment; filename="{filename}"'
     return resp

@@ -12,7 +12,7 @@ def upload_path(instance: Upload, filename: str) -> str:
 
 
 def bundle_path(instance: Bundle, filename: str) -> str:
-    return f"bundles/{instance.job_id}/{instance.attempt}/bundle.tar.gz"
+    return f"bundles/{instance.job_id}/{instance.attempt}/{instance.rank}/bundle.tar.gz"
 
 
 class Upload(models.Model):
@@ -38,14 +38,17 @@ class Upload(models.Model):
 
 
 class Bundle(models.Model):
-    """The output of one attempt of a job: ``bundle.tar.gz`` plus its manifest.
+    """The output of one node (``rank``) of one attempt of a job: ``bundle.tar.gz`` plus its manifest.
 
-    Chunks arrive at ``received_bytes`` and are kept as parts until
-    ``complete`` joins and verifies them.
+    A job on one node has one bundle (rank 0); a multi-node job one per node,
+    each with the outputs found on that node. Chunks arrive at
+    ``received_bytes`` and are kept as parts until ``complete`` joins and
+    verifies them.
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bundles")
     attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField(default=0, help_text="Node rank that packed it (E31_NODE_RANK).")
     file = models.FileField(upload_to=bundle_path, max_length=300, blank=True)
     received_bytes = models.BigIntegerField(default=0)
     size_bytes = models.BigIntegerField(null=True, blank=True)
@@ -55,11 +58,13 @@ class Bundle(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["job", "-attempt"]
-        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="bundle_job_attempt_unique")]
+        ordering = ["job", "-attempt", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "rank"], name="bundle_job_attempt_rank_unique"),
+        ]
 
     def __str__(self) -> str:
-        return f"bundle of job {self.job_id} attempt {self.attempt}"
+        return f"bundle of job {self.job_id} attempt {self.attempt} rank {self.rank}"
 
 
 class BundlePart(models.Model):

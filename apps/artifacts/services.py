@@ -46,14 +46,14 @@ def upload_create(*, owner, name: str, fileobj: File) -> Upload:
     return upload
 
 
-def bundle_for(job, attempt: int) -> Bundle:
-    """The attempt's bundle row, created on first use."""
-    bundle, _ = Bundle.objects.get_or_create(job=job, attempt=attempt)
+def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
+    """The bundle row of one node (rank) of the attempt, created on first use."""
+    bundle, _ = Bundle.objects.get_or_create(job=job, attempt=attempt, rank=rank)
     return bundle
 
 
 @transaction.atomic
-def bundle_put_chunk(*, job, attempt: int, offset: int, data: bytes, sha256: str) -> int:
+def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: bytes, sha256: str) -> int:
     """Keep one verified chunk of the attempt's bundle at ``offset``.
 
     Returns the bytes received so far.
@@ -62,7 +62,7 @@ def bundle_put_chunk(*, job, attempt: int, offset: int, data: bytes, sha256: str
         ChunkError: checksum mismatch, chunk too large, bundle already
             complete, or ``offset`` is not where the upload stands (conflict).
     """
-    bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt).pk)
+    bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
     if bundle.completed_at:
         raise ChunkError("bundle already complete", bundle.received_bytes, conflict=True)
     if len(data) > CHUNK_MAX_BYTES:
@@ -75,7 +75,7 @@ def bundle_put_chunk(*, job, attempt: int, offset: int, data: bytes, sha256: str
             return bundle.received_bytes  # a repeated chunk: already kept
         raise ChunkError(f"offset {offset}, but {bundle.received_bytes} bytes are received",
                          bundle.received_bytes, conflict=True)
-    name = default_storage.save(f"bundles/{job.pk}/{attempt}/parts/{offset:015d}", ContentFile(data))
+    name = default_storage.save(f"bundles/{job.pk}/{attempt}/{rank}/parts/{offset:015d}", ContentFile(data))
     BundlePart.objects.create(bundle=bundle, offset=offset, size_bytes=len(data), sha256=sha256.lower(), file=name)
     bundle.received_bytes += len(data)
     bundle.save(update_fields=["received_bytes"])
@@ -83,8 +83,8 @@ def bundle_put_chunk(*, job, attempt: int, offset: int, data: bytes, sha256: str
 
 
 @transaction.atomic
-def bundle_complete(*, job, attempt: int, size_bytes: int, sha256: str, files: list[dict[str, Any]],
-                    retention_days: int) -> Bundle:
+def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256: str,
+                    files: list[dict[str, Any]], retention_days: int) -> Bundle:
     """Join the parts into ``bundle.tar.gz``, verify size and sha256, keep the manifest.
 
     Idempotent: completing a complete bundle with the same checksum is a no-op.
@@ -92,7 +92,7 @@ def bundle_complete(*, job, attempt: int, size_bytes: int, sha256: str, files: l
     Raises:
         ChunkError: size or checksum of the joined archive differ from the claim.
     """
-    bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt).pk)
+    bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
     if bundle.completed_at:
         if bundle.sha256 == sha256.lower():
             return bundle
@@ -102,7 +102,8 @@ def bundle_complete(*, job, attempt: int, size_bytes: int, sha256: str, files: l
     digest = hashlib.sha256()
     parts = list(bundle.parts.order_by("offset"))
     with _Joined(parts, digest) as joined:
-        name = default_storage.save(f"bundles/{job.pk}/{attempt}/bundle.tar.gz", File(joined, name="bundle.tar.gz"))
+        name = default_storage.save(f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz",
+                                    File(joined, name="bundle.tar.gz"))
     if digest.hexdigest() != sha256.lower():
         default_storage.delete(name)
         raise ChunkError("bundle checksum does not match its parts", bundle.received_bytes)
@@ -151,9 +152,18 @@ class _Joined:
         return bytes(out)
 
 
-def bundle_latest(job) -> Bundle | None:
-    """The job's completed bundle of its latest attempt that has one."""
-    return job.bundles.filter(completed_at__isnull=False).order_by("-attempt").first()
+def bundles_latest(job) -> list[Bundle]:
+    """The completed bundles (one per node rank) of the job's latest attempt that has any."""
+    done = [b for b in job.bundles.all() if b.completed_at]
+    if not done:
+        return []
+    attempt = max(b.attempt for b in done)
+    return sorted((b for b in done if b.attempt == attempt), key=lambda b: b.rank)
+
+
+def bundle_latest(job, rank: int = 0) -> Bundle | None:
+    """The completed bundle of node ``rank`` (0: the only one on one node) of the latest attempt."""
+    return next((b for b in bundles_latest(job) if b.rank == rank), None)
 
 
 def uploads_from_files(*, owner, files) -> dict[str, Upload]:

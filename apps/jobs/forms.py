@@ -15,25 +15,18 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django import forms
-from django.utils import timezone
 
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
-from apps.metering.billing import worst_case_cost
-from apps.metering.rates import FALLBACK_RATE, current_rates
-from apps.pool.scheduler.matching import model_matches
-from apps.pool.selectors import pool_summary
 
 from .choices import JobKind
 from .examples import example_attachments, example_names, example_yaml
 from .models import Job
 from .services import job_submit
-from .spec import SpecError, format_duration, load_yaml, parse_duration
+from .spec import SpecError, load_yaml
 
 DATA_ROWS = 3
 DATA_ROWS_MAX = 100
@@ -87,7 +80,12 @@ class DataRowForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if data.get("source") and data.get("file"):
-            self.add_error("source", "Give a URL or a file, not both.")
+            if data["source"].startswith("upload:"):
+                # The source names a file kept from the last try (see JobForm.keep_files):
+                # a file chosen again in the row replaces it.
+                data["source"] = ""
+            else:
+                self.add_error("source", "Give a URL or a file, not both.")
         return data
 
     @property
@@ -177,10 +175,13 @@ class JobForm(forms.Form):
                                      help_text="Leave empty for the site's default.")
 
     def __init__(self, data: Any = None, files: Any = None, *, owner: Any, **kwargs: Any):
+        if data is not None:
+            # A copy the form may write to: after an error, what the user gave that the page
+            # cannot send back itself (a file) is put where the next try reads it.
+            data = data.copy()
         if files and files.get("spec_file") is not None and data is not None:
             # The file's text goes into the YAML box, so after an error the
             # user fixes it there instead of choosing the file again.
-            data = data.copy()
             data["spec_text"] = _read_text(files["spec_file"])
         super().__init__(data, files, **kwargs)
         self.owner = owner
@@ -190,6 +191,7 @@ class JobForm(forms.Form):
         self.summary: list[ErrorLine] = []
         self.document: Any = None
         self._row_of_item: dict[int, int] = {}  # index in the document's data -> form row
+        self._stored = False  # this try's files went to uploads (or were refused)
         if self.is_bound:
             self.kept = _kept_uploads(owner, self.data.getlist("kept"))
 
@@ -281,14 +283,7 @@ class JobForm(forms.Form):
         Raises:
             SpecError: a file is larger than the site accepts.
         """
-        files = list(self.cleaned_data.get("files") or [])
-        if not self.uses_yaml:
-            files += [row.cleaned_data["file"] for row in self.rows.forms
-                      if getattr(row, "cleaned_data", {}).get("file")]
-        try:
-            new = uploads_from_files(owner=self.owner, files=files)
-        except ValueError as exc:
-            raise SpecError({"files": [str(exc)]}) from None
+        new = self._store_files()
         found = {u.name: u for u in self.kept} | new
         example = self.cleaned_data.get("example")
         if example:
@@ -296,6 +291,60 @@ class JobForm(forms.Form):
             found |= example_attachments(owner=self.owner, name=example, refs=missing)
         self.kept = list(found.values())
         return found
+
+    def _store_files(self) -> dict[str, Upload]:
+        """Store the files chosen in this try (once), by name.
+
+        Raises:
+            SpecError: a file is larger than the site accepts.
+        """
+        if self._stored:
+            return {}
+        self._stored = True
+        files = list(getattr(self, "cleaned_data", {}).get("files") or [])
+        if not self.uses_yaml:
+            files += self._row_files().values()
+        try:
+            return uploads_from_files(owner=self.owner, files=files)
+        except ValueError as exc:
+            raise SpecError({"files": [str(exc)]}) from None
+
+    def _row_files(self) -> dict[int, Any]:
+        """The file chosen in each data row that has one and no other problem, by row index."""
+        if self.rows.is_bound:
+            self.rows.errors  # noqa: B018 -- cleans the rows if the form's own errors skipped them
+        return {index: row.cleaned_data["file"] for index, row in enumerate(self.rows.forms)
+                if getattr(row, "cleaned_data", {}).get("file")}
+
+    def keep_files(self) -> None:
+        """After any error: keep this try's files for the next one.
+
+        The files are stored (if the submit did not get that far) and offered again
+        through ``kept``; a data row that had a file gets ``upload:<name>`` as its source
+        (and the file's name as its target if it had none), so the next submit finds it
+        although a browser never sends a file input back.
+        """
+        if not self.is_bound:
+            return
+        try:
+            new = self._store_files()
+        except SpecError as exc:
+            if self.summary:
+                self.add_spec_errors(exc.errors)
+            else:
+                self.add_error("files", exc.errors["files"])
+            return
+        self.kept = list(({u.name: u for u in self.kept} | new).values())
+        if self.uses_yaml:
+            return
+        for index, upload in self._row_files().items():
+            prefix = self.rows.forms[index].prefix
+            source = (self.data.get(f"{prefix}-source") or "").strip()
+            if source and not source.startswith("upload:"):
+                continue  # a URL as well: leave it for the user to choose (the file is kept)
+            self.data[f"{prefix}-source"] = f"upload:{upload.name}"
+            if not (self.data.get(f"{prefix}-target") or "").strip():
+                self.data[f"{prefix}-target"] = upload.name
 
     def submit(self) -> Job:
         """Build the spec, store the files, submit the job.
@@ -445,70 +494,3 @@ def _number_or_text(text: str) -> Any:
     except ValueError:
         return text
     return value if math.isfinite(value) else text
-
-
-# --- price estimate ------------------------------------------------------
-def rate_text(rate: Decimal) -> str:
-    """A rate for display: at least the cents, more places only where the rate has them
-    (``2.4900`` -> ``2.49``, ``3`` -> ``3.00``, ``0.0125`` -> ``0.0125``)."""
-    text = f"{Decimal(rate).normalize():f}"
-    whole, _, cents = text.partition(".")
-    return f"{whole}.{cents.ljust(2, '0')}"
-
-
-def rate_table(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every GPU model with a rate or in the pool: rate per GPU-hour and GPUs total/free.
-
-    Shape: ``[{"gpu_model", "rate_per_gpu_hour", "rate" (text), "total", "free"}]`` sorted by model.
-    """
-    now = now or timezone.now()
-    rates = current_rates(now)
-    pool = {row["gpu_model"]: row for row in pool_summary(now)}
-    return [
-        {"gpu_model": model, "rate_per_gpu_hour": rates.get(model, FALLBACK_RATE),
-         "rate": rate_text(rates.get(model, FALLBACK_RATE)),
-         "total": pool.get(model, {}).get("total", 0), "free": pool.get(model, {}).get("free", 0)}
-        for model in sorted(set(rates) | set(pool))
-    ]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The most a job can cost on each GPU model it accepts (SPEC §4: time limit x GPUs x rate)."""
-
-    gpus: int
-    time_limit: str
-    rows: list[dict[str, Any]]
-
-
-def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None:
-    """Worst-case cost per accepted model for a compute part, or None if it is not complete.
-
-    ``rows`` are :func:`rate_table` rows with ``worst_case`` (a Decimal to the cent)
-    added, for the models ``compute.gpu_model`` accepts (all when none is named).
-    """
-    if not isinstance(compute, Mapping):
-        return None
-    gpus, nodes = compute.get("gpus"), compute.get("nodes", 1)
-    if isinstance(gpus, str):
-        gpus = _number_or_text(gpus)
-    if isinstance(nodes, str):
-        nodes = _number_or_text(nodes) if nodes.strip() else 1
-    if type(gpus) is not int or type(nodes) is not int or gpus < 1 or nodes < 1:
-        return None
-    try:
-        seconds = parse_duration(compute.get("time_limit"))
-    except (TypeError, ValueError, AttributeError):
-        return None
-    wanted = compute.get("gpu_model") or []
-    if isinstance(wanted, str):
-        wanted = _split(wanted)
-    wanted = [w for w in wanted if isinstance(w, str)] if isinstance(wanted, list) else []
-    rows = []
-    for row in rate_table(now):
-        if wanted and not any(model_matches(w, row["gpu_model"]) for w in wanted):
-            continue
-        worst = worst_case_cost(seconds, gpus * nodes, row["rate_per_gpu_hour"])
-        worst = worst.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-        rows.append({**row, "worst_case": worst})
-    return Estimate(gpus=gpus * nodes, time_limit=format_duration(seconds), rows=rows)

@@ -18,6 +18,7 @@ from django.utils import timezone
 from apps.artifacts.models import Upload
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
+from apps.metering.usage import usage_record
 from apps.pool.models import Node
 from apps.pool.notify import node_wake
 from apps.pool.scheduling import job_request, pool_refusal
@@ -230,8 +231,23 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     }.get(job.end_reason)
     if outcome is None:
         outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
-    transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}", now=now,
-               outcome=outcome, status_message="")
+    lost_output = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")
+                   if r.payload.get("message", "").startswith("bundle upload failed")]
+    if lost_output and outcome == Outcome.SUCCEEDED:
+        outcome = Outcome.FAILED  # the command worked but its declared outputs did not come back
+    transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
+               + (f" ({lost_output[0][:200]})" if lost_output else ""), now=now,
+               outcome=outcome, status_message=lost_output[0][:500] if lost_output else "")
+    _record_usage(job, now)
+
+
+def _record_usage(job: Job, now: datetime) -> None:
+    """Feed the account's fair-share usage and runtime history with a released job."""
+    gpu_seconds = sum(lease.billed_seconds * lease.gpu_count for lease in
+                      job.leases.filter(attempt=job.attempt, charged=True, billed_seconds__isnull=False))
+    runtime = ((job.run_ended_at - job.run_started_at).total_seconds()
+               if job.run_started_at and job.run_ended_at else None)
+    usage_record(owner_id=job.owner_id, gpu_seconds=gpu_seconds, runtime_s=runtime, now=now)
 
 
 _HANDLERS = {
@@ -355,6 +371,7 @@ def jobs_enforce_time_limits(grace_s: int | None = None) -> int:
                 leases_release(job=job, attempt=job.attempt, now=now)
                 transition(job, JobState.RELEASED, detail="released: timed out (server)", now=now,
                            outcome=Outcome.TIMED_OUT)
+                _record_usage(job, now)
             except TransitionError:
                 continue
             for lease in job.leases.filter(attempt=job.attempt):

@@ -36,7 +36,7 @@ SOURCE_SCHEMES = ("https://", "s3://", "gs://", "upload:", "file://")
 MAX_ENV_KEYS = 100
 MAX_DATA = 100
 MAX_OUTPUT_PATHS = 100
-MAX_GPUS_PER_NODE = 64
+MAX_GPUS_PER_NODE = 1024  # a sanity bound; what the pool really has is checked at submit
 MAX_NODES = 256
 MAX_TIME_LIMIT_S = 10 * 365 * 86400  # a sanity bound; the operator maximum is checked later
 
@@ -128,6 +128,15 @@ class WorkSpec(_Strict):
             raise ValueError("must not contain a NUL character")
         if not value.strip():
             raise ValueError("must not be blank")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_numbers(cls, value: Any) -> Any:
+        """``SEED: 1`` means the string "1": numbers become their text (booleans do not: ambiguous)."""
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                    for k, v in value.items()}
         return value
 
     @field_validator("env")
@@ -268,6 +277,22 @@ _MESSAGES = {
 }
 
 
+def _nul_paths(value: Any, path: tuple = ()) -> list[str]:
+    """Field paths of every string (key or value) holding a NUL character."""
+    if isinstance(value, str):
+        return [_field_path(path)] if "\x00" in value else []
+    if isinstance(value, Mapping):
+        found = []
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                found.append(_field_path(path))
+            found += _nul_paths(item, (*path, key))
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _nul_paths(item, (*path, i))]
+    return []
+
+
 def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
                retention_days_max: int | None = None) -> JobSpec:
     """Validate a decoded spec document.
@@ -282,6 +307,9 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
     """
     if not isinstance(document, Mapping):
         raise SpecError({"spec": ["Must be a mapping with name, work, data, compute and output."]})
+    nul = _nul_paths(document)
+    if nul:
+        raise SpecError({path: ["Must not contain a NUL character."] for path in nul})
     try:
         spec = JobSpec.model_validate(dict(document))
     except ValidationError as exc:
@@ -311,6 +339,40 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
     return spec
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML for specs: duplicate keys are errors, ``1:30`` and ``2024-01-01`` stay strings.
+
+    PyYAML follows YAML 1.1, where ``1:30`` is the base-60 number 90 and a
+    bare date becomes a date object; neither is what someone writing a spec means.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if not tag.endswith((":int", ":float", ":timestamp"))]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+# YAML 1.1 numbers without the base-60 forms (PyYAML's own patterns, that part removed).
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
 def load_yaml(text: str) -> Any:
     """Decode YAML text safely.
 
@@ -320,7 +382,7 @@ def load_yaml(text: str) -> Any:
     if len(text) > 1_000_000:
         raise SpecError({"spec": ["Is larger than 1 MB."]})
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise SpecError({"spec": ["Is nested too deeply."]}) from None
     except yaml.YAMLError as exc:

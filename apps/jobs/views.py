@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
@@ -17,15 +16,16 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest
-from apps.metering.billing import billed_seconds, cost
+from apps.metering.display import rate_text
+from apps.metering.selectors import job_money, price_estimate, rate_table
 
 from .choices import JobState
 from .examples import example_files, example_names
-from .forms import JobForm, new_job_form, price_estimate, rate_table, rate_text
+from .forms import JobForm, new_job_form
 from .models import Job
 from .selectors import jobs_of
 from .services import job_cancel, log_read
@@ -33,37 +33,6 @@ from .spec import SpecError, format_duration, spec_to_yaml
 
 JOBS_PER_PAGE = 50
 LOG_TAIL_BYTES = 64 * 1024
-
-
-# --- reads the pages need (candidates for apps/jobs/selectors.py) ---------
-@dataclass(frozen=True)
-class Money:
-    """What a job has cost so far (SPEC §4): charged leases, plus what open runs accrue.
-
-    ``cost`` is kept to 6 places; pages show it to the cent. ``accruing`` is
-    true while a run's meter is still going (its lease has no cost yet).
-    """
-
-    cost: Decimal
-    billed_seconds: int
-    accruing: bool
-
-
-def job_money(leases, now: datetime) -> Money:
-    """Cost so far over a job's leases; an open, unpriced run is priced up to ``now``."""
-    total, seconds, accruing = Decimal(0), 0, False
-    for lease in leases:
-        if not lease.charged:
-            continue
-        if lease.cost is not None:
-            total += lease.cost
-            seconds += lease.billed_seconds or 0
-        elif lease.run_ended_at is None:
-            running = billed_seconds(lease.rented_at, now, lease.time_limit_s)
-            total += cost(running, lease.gpu_count, lease.rate_per_gpu_hour)
-            seconds += running
-            accruing = True
-    return Money(total, seconds, accruing)
 
 
 def _own_job(request: HttpRequest, pk: int) -> Job:
@@ -110,6 +79,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Job {job.pk} submitted.")
                 return redirect(job)
+        form.keep_files()
     else:
         try:
             form = new_job_form(owner=request.user, example=request.GET.get("example") or None)
@@ -177,19 +147,31 @@ def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     if bundle is None or not bundle.file:
         raise Http404("This job has no bundle.")
     return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle.tar.gz",
-                      size=bundle.size_bytes)
+                      size=bundle.size_bytes, etag=bundle.sha256)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
-    """Cancel the job (idempotent), then back to its page."""
-    job = job_cancel(job=_own_job(request, pk), by=request.user)
+    """GET: a page that asks to confirm the cancel. POST: cancel the job (idempotent), then
+    back to its page; asked by htmx (which confirmed in the browser), it says where to go."""
+    job = _own_job(request, pk)
+    if request.method == "GET":
+        if not job.is_cancellable:
+            messages.info(request, f"Job {job.pk} is released already." if job.state == JobState.RELEASED
+                          else f"Cancel of job {job.pk} is already requested.")
+            return redirect(job)
+        return render(request, "jobs/cancel.html", {"section": "jobs", "job": job})
+    job = job_cancel(job=job, by=request.user)
     if job.state == JobState.RELEASED:
         messages.success(request, f"Job {job.pk} is cancelled.")
     else:
         messages.info(request, f"Cancel of job {job.pk} requested: the node stops the run "
                                "and packs its outputs.")
+    if request.headers.get("HX-Request"):
+        resp = HttpResponse(status=204)
+        resp["HX-Redirect"] = job.get_absolute_url()
+        return resp
     return redirect(job)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -48,6 +49,9 @@ class Lease(models.Model):
     cost = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     charged = models.BooleanField(default=True)
     end_reason = models.CharField(max_length=16, blank=True, default="")
+    predicted_runtime_s = models.FloatField(null=True, blank=True,
+                                            help_text="Planning only (never stops the job): from the account's "
+                                                      "recent runs.")
 
     class Meta:
         ordering = ["-rented_at", "-id"]
@@ -89,3 +93,38 @@ class LeaseGpu(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} in lease {self.lease_id}{' (open)' if self.open else ''}"
+
+
+class AccountUsage(models.Model):
+    """An account's recent GPU use, for fair share and runtime prediction (SPEC §5).
+
+    ``decayed_gpu_seconds`` is kept incrementally: at each update the old
+    value is decayed by ``2 ** (-elapsed / half_life)`` from ``updated_at``
+    and the new GPU-seconds are added, so no cycle re-sums the ledger.
+    ``recent_runtimes_s`` holds the account's last two actual run times
+    (seconds, newest last) for runtime prediction.
+    """
+
+    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gpu_usage")
+    decayed_gpu_seconds = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField()
+    recent_runtimes_s = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"usage of {self.owner_id}: {self.decayed_gpu_seconds:.0f} GPU-s"
+
+
+class SchedulerCycle(models.Model):
+    """One scheduling cycle's figures, kept for the admin (the newest few hundred)."""
+
+    at = models.DateTimeField(db_index=True)
+    policy = models.CharField(max_length=16)
+    seconds = models.FloatField()
+    queued = models.PositiveIntegerField()
+    placed = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"cycle at {self.at:%H:%M:%S}: {self.seconds * 1000:.1f} ms"

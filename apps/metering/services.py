@@ -19,7 +19,8 @@ from .rates import rate_at
 
 
 @transaction.atomic
-def lease_open(*, job, node: Node, gpus: list[Gpu], node_rank: int, now: datetime) -> Lease:
+def lease_open(*, job, node: Node, gpus: list[Gpu], node_rank: int, now: datetime,
+               predicted_runtime_s: float | None = None) -> Lease:
     """Hold ``gpus`` of ``node`` for the job's current attempt; the meter starts at ``now``.
 
     Raises:
@@ -30,7 +31,7 @@ def lease_open(*, job, node: Node, gpus: list[Gpu], node_rank: int, now: datetim
     lease = Lease.objects.create(
         job=job, attempt=job.attempt, node=node, node_rank=node_rank, gpu_count=len(gpus),
         gpu_model=model, rate_per_gpu_hour=rate_at(model, now), time_limit_s=job.time_limit_s,
-        rented_at=now,
+        rented_at=now, predicted_runtime_s=predicted_runtime_s,
     )
     LeaseGpu.objects.bulk_create([LeaseGpu(lease=lease, gpu=gpu) for gpu in gpus])
     return lease

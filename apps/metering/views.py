@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
-from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -16,9 +13,14 @@ from django.views.decorators.http import require_GET
 
 from apps.jobs.spec import format_duration
 
-from .selectors import CSV_COLUMNS, lease_held_seconds, usage_leases, usage_rows, usage_totals
-
-CHART_DAYS_MAX = 60
+from .selectors import (
+    CSV_COLUMNS,
+    gpu_hours_by_day,
+    lease_held_seconds,
+    usage_leases,
+    usage_rows,
+    usage_totals,
+)
 
 
 class UsageFilterForm(forms.Form):
@@ -49,27 +51,6 @@ class UsageFilterForm(forms.Form):
 
 def _midnight(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))
-
-
-@dataclass(frozen=True)
-class DayBar:
-    day: date
-    gpu_hours: Decimal
-    percent: int
-
-
-def gpu_hours_by_day(leases, tz) -> list[DayBar]:
-    """Billed GPU-hours of charged leases per day of ``rented_at`` in ``tz``, newest last,
-    at most the last 60 days that have any; ``percent`` of the largest day, for a bar."""
-    hours: dict[date, Decimal] = defaultdict(Decimal)
-    for lease in leases:
-        if lease.charged and lease.billed_seconds:
-            day = lease.rented_at.astimezone(tz).date()
-            hours[day] += Decimal(lease.billed_seconds * lease.gpu_count) / 3600
-    days = sorted(hours)[-CHART_DAYS_MAX:]
-    top = max((hours[d] for d in days), default=Decimal(0))
-    return [DayBar(d, hours[d].quantize(Decimal("0.01")), round(100 * hours[d] / top) if top else 0)
-            for d in days]
 
 
 @login_required

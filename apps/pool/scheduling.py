@@ -20,13 +20,14 @@ from django.utils import timezone
 from apps.jobs.choices import JobState
 from apps.jobs.models import Job
 from apps.jobs.state import transition
-from apps.metering.models import Lease, LeaseGpu
+from apps.metering.models import Lease, LeaseGpu, SchedulerCycle
 from apps.metering.services import lease_open
+from apps.metering.usage import usage_now
 
 from .choices import NodeState
 from .models import Gpu, Node
 from .notify import node_wake
-from .scheduler import GpuSlot, JobRequest, NodeView, schedule
+from .scheduler import GpuSlot, JobRequest, NodeView, PolicyConfig, predict_runtime, schedule
 from .scheduler.matching import model_matches, node_could_ever_hold
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
 GB = 1_000_000_000
 
 
-def job_request(job: Job) -> JobRequest:
+def job_request(job: Job, predicted_runtime_s: float | None = None) -> JobRequest:
     """The scheduler's view of a job (SPEC §2 compute part, in MB and bytes)."""
     compute = job.spec["compute"]
     return JobRequest(
@@ -46,12 +47,34 @@ def job_request(job: Job) -> JobRequest:
         memory_bytes=int((compute.get("memory_gb") or 0) * GB),
         needs_runtime=bool(job.spec["work"].get("image")),
         priority_boost=job.priority_boost,
+        predicted_runtime_s=predicted_runtime_s,
     )
+
+
+def policy_config() -> PolicyConfig:
+    """The policy and weights in force, from settings (``E31_SCHEDULER_POLICY``, ``E31_PRIORITY_*``)."""
+    return PolicyConfig(
+        name=settings.E31_SCHEDULER_POLICY, reservation_depth=settings.E31_RESERVATION_DEPTH,
+        weight_age=settings.E31_PRIORITY_WEIGHT_AGE, weight_fairshare=settings.E31_PRIORITY_WEIGHT_FAIRSHARE,
+        weight_boost=settings.E31_PRIORITY_WEIGHT_BOOST, age_max_s=settings.E31_PRIORITY_AGE_MAX_S,
+        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S, starvation_s=settings.E31_STARVATION_S,
+    )
+
+
+def expected_end(lease: Lease) -> float | None:
+    """When the lease's run should end by its prediction (epoch s), or None without one.
+
+    The core repairs it when the run outlives it (:func:`apps.pool.scheduler.planned_end`).
+    """
+    if lease.predicted_runtime_s is None:
+        return None
+    return lease.rented_at.timestamp() + lease.predicted_runtime_s
 
 
 def pool_views(now: datetime) -> list[NodeView]:
     """Nodes not down with their present GPUs; a held GPU is free at its lease's time limit."""
     held: dict[int, float] = {}
+    expected: dict[int, float | None] = {}
     used_cpus: dict[int, int] = defaultdict(int)
     used_mem: dict[int, int] = defaultdict(int)
     open_gpus = LeaseGpu.objects.filter(open=True).select_related("lease", "lease__job")
@@ -62,6 +85,7 @@ def pool_views(now: datetime) -> list[NodeView]:
         # A job past its limit but not yet released still holds the GPU: it
         # frees "any moment now", never in the past.
         held[lg.gpu_id] = max(end, now.timestamp() + 1)
+        expected[lg.gpu_id] = expected_end(lease)
         if lease.pk not in seen_leases:
             seen_leases.add(lease.pk)
             compute = lease.job.spec["compute"]
@@ -72,7 +96,7 @@ def pool_views(now: datetime) -> list[NodeView]:
     return [
         NodeView(
             node_id=n.pk, name=n.name, state=n.state,
-            gpus=[GpuSlot(g.pk, g.model, g.memory_mb, held.get(g.pk, 0.0)) for g in n.gpus.all()],
+            gpus=[GpuSlot(g.pk, g.model, g.memory_mb, held.get(g.pk, 0.0), expected.get(g.pk)) for g in n.gpus.all()],
             cpus_free=n.cpus - used_cpus[n.pk], memory_free_bytes=n.memory_bytes - used_mem[n.pk],
             cpus_total=n.cpus, memory_total_bytes=n.memory_bytes, runtimes=tuple(n.runtimes or ()),
         )
@@ -123,7 +147,8 @@ def pool_refusal(request: JobRequest) -> str | None:
             return (f"no node has {request.gpus_per_node} such GPUs together with {request.cpus} CPUs and "
                     f"{request.memory_bytes / GB:g} GB of memory; the most on one node is {most_cpus} CPUs "
                     f"and {most_mem:.0f} GB")
-        what = f"{request.gpus_per_node} GPUs" + (f" of model {models}" if models else "")
+        what = f"{request.gpus_per_node} GPU{'s' if request.gpus_per_node > 1 else ''}" + (
+            f" of model {models}" if models else "")
         if request.gpu_memory_mb:
             what += f" with {request.gpu_memory_mb / 1000:g} GB or more each"
         return f"no node has {what}; the most on one node is {most}"
@@ -153,8 +178,12 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         if not queued:
             return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
         views = pool_views(now)
-        decision = schedule([job_request(j) for j in queued], views, now.timestamp(),
-                            settings.E31_SCHEDULER_POLICY)
+        usage = usage_now(now)
+        predicted = {j.pk: predict_runtime(usage[j.owner_id].recent_runtimes_s if j.owner_id in usage else [],
+                                           j.time_limit_s) for j in queued}
+        policy = policy_config()
+        decision = schedule([job_request(j, predicted[j.pk]) for j in queued], views, now.timestamp(), policy,
+                            usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()})
         by_id = {j.pk: j for j in queued}
         gpus = Gpu.objects.in_bulk([g for p in decision.placements for _, ids in p.nodes for g in ids])
         nodes = Node.objects.in_bulk([n for p in decision.placements for n, _ in p.nodes])
@@ -162,7 +191,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             job = by_id[placement.job_id]
             for rank, (node_id, gpu_ids) in enumerate(placement.nodes):
                 lease_open(job=job, node=nodes[node_id], gpus=[gpus[g] for g in gpu_ids],
-                           node_rank=rank, now=now)
+                           node_rank=rank, now=now, predicted_runtime_s=predicted[job.pk])
                 node_wake(node_id)
             where = ", ".join(f"{nodes[n].name} ({len(ids)} GPU{'s' if len(ids) > 1 else ''})"
                               for n, ids in placement.nodes)
@@ -179,10 +208,22 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                 changed.append(job)
         if changed:
             Job.objects.bulk_update(changed, ["queue_position", "estimated_start_at", "pending_reason"])
-    seconds = time.monotonic() - started
-    log.debug("schedule cycle: placed %d, queued %d, %.1f ms", len(decision.placements),
+        seconds = time.monotonic() - started
+        _keep_cycle_stat(now, policy.name, seconds, len(queued), len(decision.placements))
+    log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, %.1f ms",
+            len(decision.placements),
               len(decision.pending), seconds * 1000)
     return {"placed": len(decision.placements), "queued": len(decision.pending), "seconds": seconds}
+
+
+def _keep_cycle_stat(now: datetime, policy: str, seconds: float, queued: int, placed: int) -> None:
+    """Store the cycle's figures for the admin; trim to the newest ``E31_CYCLE_STATS_KEEP``."""
+    stat = SchedulerCycle.objects.create(at=now, policy=policy, seconds=seconds, queued=queued, placed=placed)
+    if stat.pk % 100 == 0:
+        keep = settings.E31_CYCLE_STATS_KEEP
+        cutoff = SchedulerCycle.objects.order_by("-pk").values_list("pk", flat=True)[keep:keep + 1].first()
+        if cutoff:
+            SchedulerCycle.objects.filter(pk__lte=cutoff).delete()
 
 
 def open_leases_of(node: Node) -> list[Lease]:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.jobs.choices import JobState
@@ -88,3 +89,12 @@ def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:
          "rate_per_gpu_hour": rates.get(model, FALLBACK_RATE)}
         for model, r in sorted(rows.items())
     ]
+
+
+def nodes_overview() -> list[Node]:
+    """Every node with its count of present GPUs and their models, by name (staff view)."""
+    nodes = list(Node.objects.annotate(gpu_count=Count("gpus", filter=Q(gpus__present=True)))
+                 .prefetch_related("gpus").order_by("name"))
+    for node in nodes:
+        node.models = ", ".join(sorted({g.model for g in node.gpus.all() if g.present}))
+    return nodes

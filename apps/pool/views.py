@@ -2,25 +2,14 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from apps.jobs.forms import rate_text
 from apps.jobs.selectors import jobs_queued
+from apps.metering.display import rate_text
 
-from .models import Node
-from .selectors import pool_summary
-
-
-def nodes_overview() -> list[Node]:
-    """Every node with its count of present GPUs and their models, by name (staff view)."""
-    nodes = list(Node.objects.annotate(gpu_count=Count("gpus", filter=Q(gpus__present=True)))
-             .prefetch_related("gpus").order_by("name"))
-    for node in nodes:
-        node.models = ", ".join(sorted({g.model for g in node.gpus.all() if g.present}))
-    return nodes
+from .selectors import nodes_overview, pool_summary
 
 
 @login_required

@@ -135,6 +135,15 @@ def test_failure_time_limit_and_cancel(stack):
     assert jobs[slow]["outcome"] == "timed_out"
     assert Lease.objects.get(job_id=slow).billed_seconds == 3
 
+    doc = {"name": "two-nodes", "work": {"command": "echo rank $E31_NODE_RANK > out_$E31_NODE_RANK.txt"},
+           "compute": {"gpus": 1, "nodes": 2, "time_limit": "1m"}, "output": {"paths": ["out_*.txt"]}}
+    gang = api.post("/api/v1/jobs/", json=doc).json()["id"]
+    job = wait_released(api, [gang], timeout=60)[gang]
+    assert job["outcome"] == "succeeded", job
+    assert sorted(f["path"] for r in job["bundle"]["ranks"] for f in r["files"]) == ["out_0.txt", "out_1.txt"]
+    assert api.get(f"/api/v1/jobs/{gang}/bundle/?rank=1").status_code == 200
+    assert Lease.objects.filter(job_id=gang).count() == 2
+
     blocker = submit("sleep 60", gpus=2, model="A100")
     queued = submit("echo never", gpus=2, model="A100")
     stack.wait_for(lambda: Job.objects.get(pk=blocker).state == "running", timeout=30)

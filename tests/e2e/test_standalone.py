@@ -52,5 +52,6 @@ def test_standalone_runs_a_job_and_stops_leaving_nothing_behind(tmp_path):
         assert len(children) == 2  # the two agents
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        code = proc.wait(timeout=60)
+    assert code == 0, proc.stdout.read()[-3000:]
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

@@ -135,3 +135,32 @@ def test_the_schema_and_pool_answer(api, pool):
     rows = {r["gpu_model"]: r for r in api.get("/api/v1/pool/").json()}
     assert rows["H100-80GB"]["total"] == 4 and rows["H100-80GB"]["free"] == 4
     assert rows["H100-80GB"]["rate_per_gpu_hour"] == "2.4900"
+
+
+@pytest.mark.parametrize("when", ["garbage", "2024-02-30", "2024-13-01", "2024-01-01T25:00:00",
+                                  "2026-11-30T00:00:00+99:00", "9999-12-31T23:59:59-23:59"])
+def test_usage_refuses_impossible_dates_with_400(api, when):
+    resp = api.get("/api/v1/usage/", {"from": when})
+    assert resp.status_code == 400 and "from" in resp.json()
+
+
+def test_usage_csv_and_typed_json(api, pool):
+    assert api.get("/api/v1/usage/?format=csv")["Content-Type"].startswith("text/csv")
+    assert api.get("/api/v1/usage/").json()["totals"]["leases"] == 0
+
+
+def test_logs_name_the_bad_parameter(api, pool):
+    job_id = api.post("/api/v1/jobs/", spec(), format="json").json()["id"]
+    assert "attempt" in api.get(f"/api/v1/jobs/{job_id}/logs/?attempt=abc").json()
+    assert "offset" in api.get(f"/api/v1/jobs/{job_id}/logs/?offset=-1").json()
+
+
+def test_anonymous_api_calls_answer_401(pool):
+    resp = APIClient().get("/api/v1/jobs/")
+    assert resp.status_code == 401 and resp.has_header("WWW-Authenticate")
+
+
+def test_nul_anywhere_in_a_spec_is_refused(api, pool):
+    doc = spec(work={"command": "x", "image": "ub\x00untu"})
+    resp = api.post("/api/v1/jobs/", doc, format="json")
+    assert resp.status_code == 400 and "work.image" in resp.json()

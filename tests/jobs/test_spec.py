@@ -45,7 +45,8 @@ def test_it_accepts_the_spec_example():
     (spec(work={"command": ""}), "work.command"),
     (spec(work={"command": "a\x00b"}), "work.command"),
     (spec(work={"command": "x", "env": {"lower": "1"}}), "work.env"),
-    (spec(work={"command": "x", "env": {"A": 1}}), "work.env.A"),
+    (spec(work={"command": "x", "env": {"A": True}}), "work.env.A"),
+    (spec(work={"command": "x", "env": {"A": [1]}}), "work.env.A"),
     (spec(work={"command": "x", "env": {f"K{i}": "v" for i in range(101)}}), "work.env"),
     (spec(work={"command": "x", "kind": "mining"}), "work.kind"),
     (spec(compute={"gpus": 0, "time_limit": "1h"}), "compute.gpus"),
@@ -89,3 +90,16 @@ def test_it_refuses_what_is_not_a_mapping():
 def test_it_takes_one_model_as_a_string():
     parsed = parse_spec(spec(compute={"gpus": 1, "time_limit": "1h", "gpu_model": "H100"}))
     assert parsed.compute.gpu_model == ["H100"]
+
+
+def test_yaml_keeps_times_and_dates_as_text_and_refuses_duplicate_keys():
+    from apps.jobs.spec import load_yaml
+
+    assert load_yaml("t: 1:30\nd: 2024-01-01\nn: 12") == {"t": "1:30", "d": "2024-01-01", "n": 12}
+    with pytest.raises(SpecError) as exc:
+        load_yaml("name: a\nname: b\n")
+    assert "duplicate key 'name'" in exc.value.errors["spec"][0]
+
+
+def test_env_numbers_become_text():
+    assert parse_spec(spec(work={"command": "x", "env": {"SEED": 1}})).work.env == {"SEED": "1"}

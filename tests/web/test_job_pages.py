@@ -1,4 +1,5 @@
 """My jobs, the job page, its log, bundle and cancel; a stranger gets 404 everywhere."""
+import re
 from datetime import timedelta
 
 import pytest
@@ -159,11 +160,50 @@ def test_cancel_of_a_rented_job_asks_the_node(web, user, node):
     assert "cancel requested" in web.get(f"/jobs/{job.pk}/").content.decode()
 
 
-def test_cancel_is_a_post(web, user, node):
+def test_cancel_asks_to_confirm_on_a_page_that_works_without_js(web, user, node):
+    job = rented_job(user, name="long-run")
+    html = web.get(f"/jobs/{job.pk}/").content.decode()
+    link = re.search(r'<a class="button button-danger" href="([^"]+)"[^>]*>Cancel job</a>', html, re.S)
+    assert link and link.group(1) == f"/jobs/{job.pk}/cancel/"
+    assert f'hx-post="/jobs/{job.pk}/cancel/"' in link.group(0) and "hx-confirm=" in link.group(0)
+    page = web.get(link.group(1))
+    assert page.status_code == 200
+    confirm = page.content.decode()
+    assert f"Cancel job {job.pk}?" in confirm and "It is billed up to the stop" in confirm
+    assert f'<form method="post" action="/jobs/{job.pk}/cancel/"' in confirm
+    job.refresh_from_db()
+    assert job.cancel_requested_at is None and job.state == "rented"  # a GET cancels nothing
+    web.post(f"/jobs/{job.pk}/cancel/")
+    job.refresh_from_db()
+    assert job.cancel_requested_at is not None
+
+
+def test_the_confirm_page_of_a_queued_job_says_nothing_was_billed(web, user, node):
     job = queued_job(user)
-    assert web.get(f"/jobs/{job.pk}/cancel/").status_code == 405
+    html = web.get(f"/jobs/{job.pk}/cancel/").content.decode()
+    assert "Nothing has been billed" in html
     job.refresh_from_db()
     assert job.state == "queued"
+
+
+def test_the_confirm_page_of_a_job_that_cannot_be_cancelled_goes_back(web, user, node):
+    job, _ = finished_job(user)
+    resp = web.get(f"/jobs/{job.pk}/cancel/")
+    assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.pk}/"
+    assert "released already" in web.get(resp["Location"]).content.decode()
+
+
+def test_cancel_through_htmx_says_where_to_go(web, user, node):
+    job = queued_job(user)
+    resp = web.post(f"/jobs/{job.pk}/cancel/", headers={"HX-Request": "true"})
+    assert resp.status_code == 204 and resp["HX-Redirect"] == f"/jobs/{job.pk}/"
+    job.refresh_from_db()
+    assert job.state == "released"
+
+
+def test_a_stranger_gets_no_confirm_page(stranger_web, user, node):
+    job = queued_job(user)
+    assert stranger_web.get(f"/jobs/{job.pk}/cancel/").status_code == 404
 
 
 @pytest.mark.parametrize("path", ["", "log/", "bundle/"])

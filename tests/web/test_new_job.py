@@ -1,6 +1,8 @@
 """The new-job form: four parts, YAML paste or file, examples, errors in place, price."""
 import hashlib
 import re
+from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -176,6 +178,100 @@ def test_files_survive_an_error_and_are_used_on_the_next_try(web, user, node):
     job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", retry)))
     assert job.spec["data"][0]["source"] == f"upload:{upload.pk}"
     assert Upload.objects.filter(owner=user).count() == 1
+
+
+class _FormFields(HTMLParser):
+    """What a browser sends back for the new-job form as the page renders it (no files)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fields: list[tuple[str, str]] = []
+        self._textarea: str | None = None
+        self._select: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        name = a.get("name")
+        if tag == "input" and name and a.get("type") not in ("file", "submit"):
+            if a.get("type") == "checkbox":
+                if "checked" in a:
+                    self.fields.append((name, a.get("value") or "on"))
+            else:
+                self.fields.append((name, a.get("value") or ""))
+        elif tag == "textarea" and name:
+            self._textarea = name
+            self.fields.append((name, ""))
+        elif tag == "select" and name:
+            self._select = name
+        elif tag == "option" and self._select and "selected" in a:
+            self.fields.append((self._select, a.get("value") or ""))
+
+    def handle_data(self, data):
+        if self._textarea:
+            name, text = self.fields[-1]
+            self.fields[-1] = (name, text + data)
+
+    def handle_endtag(self, tag):
+        if tag == "textarea":
+            self._textarea = None
+        elif tag == "select":
+            self._select = None
+
+
+def resubmit_data(html, **overrides):
+    """The form of the page ``html`` as a browser posts it again, with ``overrides`` typed in."""
+    form = html[html.index('<form method="post" enctype="multipart/form-data"'):]
+    parser = _FormFields()
+    parser.feed(form[:form.index("</form>")])
+    data: dict[str, list[str]] = {}
+    for name, value in parser.fields:
+        data.setdefault(name, []).append(unescape(value).removeprefix("\n"))
+    data.update({k: [v] if isinstance(v, str) else v for k, v in overrides.items()})
+    return data
+
+
+def test_a_row_file_survives_a_spec_error_and_the_next_try_uses_it(web, user, node):
+    data = form_data(time_limit="abc", **{"data-0-source": "", "data-0-target": "in/mydata.txt",
+                                           "data-0-file": SimpleUploadedFile("mydata.txt", b"1 2 3\n")})
+    html = web.post("/jobs/new/", data).content.decode()
+    assert not Job.objects.exists()
+    upload = Upload.objects.get(owner=user, name="mydata.txt")
+    assert "Already attached" in html and f'name="kept" value="{upload.pk}"' in html
+    assert 'value="upload:mydata.txt"' in field_html(html, "data-0-source")
+    assert 'value="in/mydata.txt"' in field_html(html, "data-0-target")
+
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", resubmit_data(html, time_limit="1h"))))
+    assert job.spec["data"][0]["source"] == f"upload:{upload.pk}"
+    assert job.spec["data"][0]["target"] == "in/mydata.txt"
+    assert Upload.objects.filter(owner=user).count() == 1
+
+
+def test_a_row_file_survives_an_error_of_the_form_itself(web, user, node):
+    data = form_data(env="NO_EQUALS_SIGN", **{**BLANK_ROW, "data-0-file": SimpleUploadedFile("x.bin", b"x")})
+    html = web.post("/jobs/new/", data).content.decode()
+    assert "Line 1: write KEY=VALUE." in html
+    upload = Upload.objects.get(owner=user, name="x.bin")
+    assert 'value="upload:x.bin"' in field_html(html, "data-0-source")
+    assert 'value="x.bin"' in field_html(html, "data-0-target")
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", resubmit_data(html, env="SEED=1"))))
+    assert (job.spec["data"][0]["source"], job.spec["data"][0]["target"]) == (f"upload:{upload.pk}", "x.bin")
+
+
+def test_a_file_chosen_again_in_the_row_replaces_the_kept_one(web, user, node):
+    data = form_data(time_limit="abc", **{**BLANK_ROW, "data-0-file": SimpleUploadedFile("old.txt", b"old")})
+    html = web.post("/jobs/new/", data).content.decode()
+    retry = resubmit_data(html, time_limit="1h", **{"data-0-target": "",
+                                                   "data-0-file": SimpleUploadedFile("new.txt", b"new")})
+    job = Job.objects.get(pk=new_job_id(web.post("/jobs/new/", retry)))
+    new = Upload.objects.get(owner=user, name="new.txt")
+    assert (job.spec["data"][0]["source"], job.spec["data"][0]["target"]) == (f"upload:{new.pk}", "new.txt")
+
+
+def test_a_row_with_a_url_keeps_its_url_after_an_error(web, user, node):
+    data = form_data(**{"data-0-file": SimpleUploadedFile("a.txt", b"a")})
+    html = web.post("/jobs/new/", data).content.decode()
+    assert "Give a URL or a file, not both." in html
+    assert 'value="https://example.com/data.tar.gz"' in field_html(html, "data-0-source")
 
 
 def test_another_users_kept_file_is_ignored(web, node):

@@ -1,6 +1,7 @@
 """Usage (my leases, totals, CSV) and the pool summary."""
 import csv
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -21,7 +22,8 @@ def test_usage_lists_my_leases_with_totals(web, user, stranger_user, node):
     assert "billed-job" in html and "not-mine" not in html
     assert "1 × H100-80GB" in html and node.name in html
     assert f"${lease.cost_display}" in html
-    assert "Released · Succeeded" in html and "✓ yes" in html
+    assert "Released · Succeeded" in html
+    assert re.search(r'<span class="yes"><svg class="icon icon-check"[^>]*>.*?</svg> yes</span>', html, re.S)
     assert "Billed GPU-hours" in html and "Billed seconds" in html
     assert "Billed GPU-hours by day" in html
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework import serializers
 
-from apps.artifacts.services import bundle_latest
+from apps.artifacts.services import bundles_latest
+from apps.metering.selectors import Money, job_money
 
 from ..models import Job, JobEvent
 
@@ -36,26 +38,35 @@ class JobSerializer(serializers.ModelSerializer):
             cache[job.pk] = list(job.leases.all())
         return cache[job.pk]
 
+    def _money(self, job: Job) -> Money:
+        """Charged leases plus what an open run has accrued so far (SPEC §4)."""
+        return job_money(self._leases(job), timezone.now())
+
     def get_billed_seconds(self, job: Job) -> int:
-        return sum(lease.billed_seconds or 0 for lease in self._leases(job) if lease.charged)
+        return self._money(job).billed_seconds
 
     def get_cost(self, job: Job) -> str:
-        from decimal import Decimal
-
-        total = sum((lease.cost or Decimal(0) for lease in self._leases(job) if lease.charged), Decimal(0))
-        return f"{total:.6f}"
+        return f"{self._money(job).cost:.6f}"
 
     def get_bundle(self, job: Job) -> dict | None:
+        """Rank 0's bundle (the only one on one node); ``ranks`` lists every node's for multi-node jobs."""
         if job.run_started_at is None and job.attempt == 1:
             return None  # never ran: nothing was packed
-        bundle = bundle_latest(job)
-        if bundle is None:
+        bundles = bundles_latest(job)
+        if not bundles:
             return None
         request = self.context.get("request")
-        url = reverse("api:job-bundle", args=[job.pk])
-        return {"size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": bundle.files,
-                "attempt": bundle.attempt, "expires_at": bundle.expires_at,
-                "url": request.build_absolute_uri(url) if request else url}
+
+        def describe(bundle) -> dict:
+            url = reverse("api:job-bundle", args=[job.pk]) + (f"?rank={bundle.rank}" if bundle.rank else "")
+            return {"rank": bundle.rank, "size_bytes": bundle.size_bytes, "sha256": bundle.sha256,
+                    "files": bundle.files, "attempt": bundle.attempt, "expires_at": bundle.expires_at,
+                    "url": request.build_absolute_uri(url) if request else url}
+
+        first = describe(bundles[0])
+        if job.nodes > 1:
+            first["ranks"] = [describe(b) for b in bundles]
+        return first
 
     def get_url(self, job: Job) -> str:
         request = self.context.get("request")

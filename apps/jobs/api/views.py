@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.http import Http404, HttpResponse
 from django.utils import timezone
@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
-from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_rows, usage_totals
+from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows, usage_totals
 from apps.pool.selectors import pool_summary
 
 from ..choices import JobState
@@ -35,6 +35,14 @@ def _own_job(request, pk: int):
     if job is None:
         raise Http404
     return job
+
+
+def _int_param(request, name: str, default: int) -> int:
+    """An integer query parameter; a 400 naming it when it is not one."""
+    try:
+        return int(request.query_params.get(name, default))
+    except ValueError:
+        raise ValidationError({name: ["Must be an integer."]}) from None
 
 
 class JobListCreateView(generics.ListAPIView):
@@ -106,13 +114,12 @@ class JobLogsView(APIView):
     )
     def get(self, request, pk: int):
         job = _own_job(request, pk)
-        try:
-            offset = int(request.query_params.get("offset", 0))
-            attempt = int(request.query_params.get("attempt", job.attempt))
-        except ValueError:
-            raise ValidationError({"offset": ["Must be an integer."]}) from None
-        if offset < 0 or not 1 <= attempt <= job.attempt:
-            raise ValidationError({"offset": ["Must be >= 0 (and attempt between 1 and the job's attempts)."]})
+        offset = _int_param(request, "offset", 0)
+        attempt = _int_param(request, "attempt", job.attempt)
+        if offset < 0:
+            raise ValidationError({"offset": ["Must be 0 or more."]})
+        if not 1 <= attempt <= job.attempt:
+            raise ValidationError({"attempt": [f"Must be between 1 and {job.attempt}."]})
         data = log_read(job, offset, attempt=attempt)
         resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
         resp["X-Log-Size"] = str(job.log_size if attempt == job.attempt else offset + len(data))
@@ -121,27 +128,34 @@ class JobLogsView(APIView):
 
 
 class JobBundleView(APIView):
-    @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
+    @extend_schema(parameters=[OpenApiParameter("rank", int, description="node rank of a multi-node job")],
+                   responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int):
         job = _own_job(request, pk)
-        bundle = bundle_latest(job)
+        bundle = bundle_latest(job, rank=_int_param(request, "rank", 0))
         if bundle is None or not bundle.file:
             raise Http404
-        return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle.tar.gz", size=bundle.size_bytes)
+        suffix = f"-rank{bundle.rank}" if bundle.rank else ""
+        return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz", size=bundle.size_bytes,
+                          etag=bundle.sha256)
 
 
 def parse_when(value: str | None, field: str) -> datetime | None:
     """An ISO date or datetime from a query parameter (dates are midnight in the current zone)."""
     if not value:
         return None
-    dt = parse_datetime(value)
-    if dt is None:
-        d = parse_date(value) if len(value) == 10 else None
-        if d is None:
-            raise ValidationError({field: ["Must be an ISO 8601 date or date-time."]})
-        dt = datetime(d.year, d.month, d.day)
-    if timezone.is_naive(dt):
-        dt = timezone.make_aware(dt)
+    try:
+        dt = parse_datetime(value)
+        if dt is None:
+            d = parse_date(value) if len(value) == 10 else None
+            if d is None:
+                raise ValueError
+            dt = datetime(d.year, d.month, d.day)
+        if timezone.is_naive(dt):
+            dt = timezone.make_aware(dt)
+        dt.astimezone(UTC)  # an offset that cannot be applied fails here, not in the query
+    except (ValueError, OverflowError):
+        raise ValidationError({field: ["Must be a real ISO 8601 date or date-time, e.g. 2025-01-31."]}) from None
     return dt
 
 
@@ -151,18 +165,18 @@ class UsageView(APIView):
     def get(self, request):
         leases = list(usage_leases(user=request.user, start=parse_when(request.query_params.get("from"), "from"),
                                    end=parse_when(request.query_params.get("to"), "to")))
-        rows = usage_rows(leases, timezone.get_current_timezone())
+        tz = timezone.get_current_timezone()
         if request.query_params.get("format") == "csv":
             buf = io.StringIO()
             writer = csv.writer(buf)
             writer.writerow(CSV_COLUMNS)
-            writer.writerows(rows)
+            writer.writerows(usage_rows(leases, tz))
             resp = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
             resp["Content-Disposition"] = 'attachment; filename="e31-usage.csv"'
             return resp
         totals = usage_totals(leases)
         return Response({
-            "leases": [dict(zip(CSV_COLUMNS, row, strict=True)) for row in rows],
+            "leases": usage_records(leases, tz),
             "totals": {"leases": totals.leases, "billed_seconds": totals.billed_seconds,
                        "gpu_hours_billed": str(totals.gpu_hours_billed), "cost": f"{totals.cost:.6f}"},
         })

@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import FileResponse, Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -35,8 +36,8 @@ class AgentView(APIView):
     def node(self) -> Node:
         return self.request.auth
 
-    def attempt_lease(self, job_id: int) -> tuple[Job, int]:
-        """The job and attempt named by the URL and ``?attempt=``, if this node holds it."""
+    def attempt_lease(self, job_id: int) -> Lease:
+        """This node's lease of the job and attempt named by the URL and ``?attempt=``."""
         try:
             attempt = int(self.request.query_params.get("attempt", ""))
         except ValueError:
@@ -44,7 +45,7 @@ class AgentView(APIView):
         lease = Lease.objects.select_related("job").filter(node=self.node, job_id=job_id, attempt=attempt).first()
         if lease is None:
             raise Http404
-        return lease.job, attempt
+        return lease
 
 
 @extend_schema(exclude=True)
@@ -108,19 +109,20 @@ class LogView(AgentView):
 @extend_schema(exclude=True)
 class BundleView(AgentView):
     def get(self, request, job_id: int):
-        job, attempt = self.attempt_lease(job_id)
-        bundle = Bundle.objects.filter(job=job, attempt=attempt).first()
+        lease = self.attempt_lease(job_id)
+        bundle = Bundle.objects.filter(job=lease.job, attempt=lease.attempt, rank=lease.node_rank).first()
         return Response({"received_bytes": bundle.received_bytes if bundle else 0,
                          "complete": bool(bundle and bundle.completed_at)})
 
     def put(self, request, job_id: int):
-        job, attempt = self.attempt_lease(job_id)
+        lease = self.attempt_lease(job_id)
         try:
             offset = int(request.query_params.get("offset", ""))
         except ValueError:
             return Response({"detail": "offset must be an integer"}, status=400)
         try:
-            received = bundle_put_chunk(job=job, attempt=attempt, offset=offset, data=request.body,
+            received = bundle_put_chunk(job=lease.job, attempt=lease.attempt, rank=lease.node_rank,
+                                        offset=offset, data=request.body,
                                         sha256=request.headers.get("X-Content-Sha256", ""))
         except ChunkError as exc:
             return Response({"detail": str(exc), "received_bytes": exc.received_bytes},
@@ -131,12 +133,14 @@ class BundleView(AgentView):
 @extend_schema(exclude=True)
 class BundleCompleteView(AgentView):
     def post(self, request, job_id: int):
-        job, attempt = self.attempt_lease(job_id)
+        lease = self.attempt_lease(job_id)
+        job = lease.job
         ser = BundleCompleteSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         try:
-            bundle = bundle_complete(job=job, attempt=attempt, size_bytes=data["size_bytes"], sha256=data["sha256"],
+            bundle = bundle_complete(job=job, attempt=lease.attempt, rank=lease.node_rank,
+                                     size_bytes=data["size_bytes"], sha256=data["sha256"],
                                      files=[dict(f) for f in data["files"]],
                                      retention_days=job.spec["output"].get("retention_days")
                                      or settings.E31_RETENTION_DAYS_DEFAULT)
@@ -160,6 +164,7 @@ class UploadDownloadView(AgentView):
         return FileResponse(upload.file.open("rb"), as_attachment=True, filename=upload.name)
 
 
+@csrf_exempt
 async def work_view(request: HttpRequest) -> JsonResponse:
     """Long poll: answer at once if there is work for this node, else wait up to ``?wait=`` s.
 

@@ -1,131 +1,251 @@
-"""One scheduling cycle, first come first served with best-fit gang placement.
+"""One scheduling cycle: which queued jobs start now, and what every other one should expect.
 
-Policy ``fifo``: jobs in order of (operator boost, submit time, id); the
-first job that cannot start blocks the ones behind it (no backfill yet: the
-``scheduler`` issue adds fair share and backfill behind this same seam).
+Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
 
-Placement is gang: all GPUs of all ranks, or nothing. Among nodes that fit,
-best fit (fewest fitting free GPUs left over) keeps whole nodes free for
-big jobs. Start estimates come from the time limits of what runs and of the
-jobs planned ahead: each GPU's ``free_at`` is walked forward as jobs are
-planned, so an estimate is an upper bound unless work ends early.
+``fifo``
+    First come first served (operator boost, then submit time, then id);
+    the first job that cannot start blocks the ones behind it.
+``easy``
+    EASY backfilling (Lifka, "The ANL/IBM SP scheduling system", JSSPP
+    1995; Mu'alem and Feitelson, IEEE TPDS 12(6), 2001): FIFO order; the
+    first job that cannot start (the head) gets a reservation at its shadow
+    time, computed from the *time limits* of what runs; a later job may
+    start now if it fits now and, by its time limit, delays no GPU the
+    reservation needs (it ends before the shadow time or uses extra GPUs).
+``e31`` (ours)
+    Multifactor priority (age, fair share, operator boost; see
+    :mod:`.priority`); reservations for the top ``reservation_depth`` jobs
+    that cannot start, planned with *predicted* run times (Tsafrir, Etsion
+    and Feitelson, IEEE TPDS 18(6), 2007); a lower job starts now only if,
+    by its prediction, it delays no reservation, and, on the head
+    reservation's nodes, by its time limit as in EASY. The plan is rebuilt
+    every cycle, so a job that outlives its prediction only moves the plan.
+
+Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
+that are up (see :mod:`.pool`). Every job not started gets a queue
+position (1 = next), an estimated start (epoch s, >= now; None if no set of
+up nodes can ever hold it) and a reason in plain words.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
-from .matching import describe_request, free_fitting_gpus, node_could_ever_hold
-from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement
+from .estimates import EstimateWalk
+from .matching import describe_request
+from .pool import Pool, Unit, shape_of
+from .priority import order_fifo, order_multifactor
+from .types import Decision, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
 
-POLICIES = ("fifo",)
-
-
-class _Pool:
-    """Mutable working copy of the pool for one cycle."""
-
-    def __init__(self, nodes: Sequence[NodeView]):
-        self.nodes = [n for n in nodes if n.gpus]
-        self.free_at = {g.gpu_id: g.free_at for n in self.nodes for g in n.gpus}
-        self.cpus_free = {n.node_id: n.cpus_free for n in self.nodes}
-        self.memory_free = {n.node_id: n.memory_free_bytes for n in self.nodes}
-
-    def view(self, node: NodeView) -> NodeView:
-        gpus = [GpuSlot(g.gpu_id, g.model, g.memory_mb, self.free_at[g.gpu_id]) for g in node.gpus]
-        return NodeView(node.node_id, node.name, node.state, gpus, self.cpus_free[node.node_id],
-                        self.memory_free[node.node_id], node.cpus_total, node.memory_total_bytes,
-                        node.runtimes)
-
-    def fit_at(self, job: JobRequest, t: float, *, check_resources: bool):
-        """Best-fit gang choice at time ``t``: ``[(node, [gpu, ...]), ...]`` or None."""
-        options = []
-        for node in self.nodes:
-            if node.state != "up" or not node_could_ever_hold(job, node):
-                continue
-            if check_resources and (self.cpus_free[node.node_id] < job.cpus
-                                    or self.memory_free[node.node_id] < job.memory_bytes):
-                continue
-            free = free_fitting_gpus(job, self.view(node), t)
-            if len(free) >= job.gpus_per_node:
-                options.append((len(free) - job.gpus_per_node, len(node.gpus), node.name, node, free))
-        if len(options) < job.nodes:
-            return None
-        options.sort(key=lambda o: o[:3])
-        return [(o[3], o[4][: job.gpus_per_node]) for o in options[: job.nodes]]
-
-    def hold(self, job: JobRequest, choice, start: float) -> None:
-        for _node, gpus in choice:
-            for gpu in gpus:
-                self.free_at[gpu.gpu_id] = start + job.time_limit_s
-
-    def take_now(self, job: JobRequest, choice, now: float) -> None:
-        self.hold(job, choice, now)
-        for node, _ in choice:
-            self.cpus_free[node.node_id] -= job.cpus
-            self.memory_free[node.node_id] -= job.memory_bytes
-
-    def earliest(self, job: JobRequest, not_before: float):
-        """Earliest time >= ``not_before`` when the job fits by the time limits, with the choice."""
-        times = sorted({not_before} | {t for t in self.free_at.values() if t > not_before})
-        for t in times:
-            choice = self.fit_at(job, t, check_resources=False)
-            if choice:
-                return t, choice
-        return None, None
+POLICIES = ("fifo", "easy", "e31")
 
 
-def order_fifo(queue: Iterable[JobRequest]) -> list[JobRequest]:
-    """Operator boost first, then submit time, then id (stable ties)."""
-    return sorted(queue, key=lambda j: (-j.priority_boost, j.submitted_at, j.job_id))
+def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
+    """The config for ``policy`` (a name means the defaults); ``easy`` always has depth 1.
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    config = PolicyConfig(name=policy) if isinstance(policy, str) else policy
+    if config.name not in POLICIES:
+        raise ValueError(f"unknown scheduling policy {config.name!r}; known: {', '.join(POLICIES)}")
+    return config
 
 
 def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
-             policy: str = "fifo") -> Decision:
+             policy: str | PolicyConfig = "fifo", usage: Mapping[str, float] | None = None) -> Decision:
     """Decide which queued jobs start now and what the others should expect.
 
     Args:
         queue: every queued job, in any order.
         nodes: every node with its GPUs; a GPU's ``free_at`` > ``now`` is held.
         now: the clock, seconds since the epoch.
-        policy: one of :data:`POLICIES`.
+        policy: ``fifo``, ``easy``, ``e31``, or a :class:`PolicyConfig`.
+        usage: ``{account: decayed GPU-seconds}`` for fair share (``e31``
+            only); see :class:`~.priority.UsageLedger`.
 
     Returns:
-        A :class:`Decision`: placements to start now, and for every other
-        job its queue position (1 = next), estimated start (epoch seconds,
-        None if no node that is up could hold it) and pending reason.
+        A :class:`Decision`: placements to start now; for every other job
+        its queue position, estimated start and reason; the reservations.
 
     Raises:
         ValueError: unknown policy.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown scheduling policy {policy!r}; known: {', '.join(POLICIES)}")
-    pool = _Pool(nodes)
-    decision = Decision()
-    blocked = False
-    not_before = now
-    for job in order_fifo(queue):
-        if not blocked:
-            choice = pool.fit_at(job, now, check_resources=True)
-            if choice:
-                pool.take_now(job, choice, now)
-                decision.placements.append(Placement(
-                    job.job_id, tuple((node.node_id, tuple(g.gpu_id for g in gpus)) for node, gpus in choice)))
+    config = policy_config(policy)
+    cycle = _Cycle(nodes, now, config)
+    if config.name == "fifo":
+        cycle.run_fifo(order_fifo(queue))
+    elif config.name == "easy":
+        cycle.run_backfill(order_fifo(queue), depth=1, shares={})
+    else:
+        order, shares = order_multifactor(queue, now, config, usage)
+        cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares)
+    return cycle.decision
+
+
+class _Cycle:
+    """State of one cycle: the pool, what was decided, and why each job waits."""
+
+    def __init__(self, nodes: Sequence[NodeView], now: float, config: PolicyConfig):
+        self.now = now
+        self.config = config
+        self.predicting = config.name == "e31"
+        self.pool = Pool(nodes, now, use_predictions=self.predicting)
+        self.decision = Decision()
+        self.waiting: list[tuple[JobRequest, str, float | None]] = []  # (job, why, reserved start)
+        self.reserved_units: set[int] = set()
+        self.head_units: set[int] = set()
+
+    def planned(self, job: JobRequest) -> float:
+        """Seconds the plan gives ``job``: its prediction under ``e31`` (capped by the time limit),
+        else its time limit."""
+        limit = float(job.time_limit_s)
+        if self.predicting and job.predicted_runtime_s is not None:
+            return max(1.0, min(job.predicted_runtime_s, limit))
+        return limit
+
+    def place(self, job: JobRequest, units: list[int]) -> None:
+        nodes = self.pool.take_now(job, units, self.planned(job))
+        self.decision.placements.append(Placement(job.job_id, nodes))
+
+    # --- policies -------------------------------------------------------------
+
+    def run_fifo(self, order: list[JobRequest]) -> None:
+        """First come first served; the first job that cannot start blocks the rest."""
+        blocked = False
+        for job in order:
+            if not blocked:
+                units, why = self.pool.fit_now(job)
+                if units:
+                    self.place(job, units)
+                    continue
+                blocked = True
+                self.waiting.append((job, why, None))
+            else:
+                self.waiting.append((job, "behind", None))
+        self.finish(monotone=True, shares={})
+
+    def run_backfill(self, order: list[JobRequest], depth: int, shares: dict[str, float]) -> None:
+        """Start what fits without delaying a reservation; reserve for the first ``depth`` that cannot."""
+        failed: dict[tuple, list[tuple[float, float, str]]] = {}
+        reservations = 0
+        for job in order:
+            units, why = self.try_now(job, failed)
+            if units:
+                self.place(job, units)
                 continue
-            blocked = True
-        position = len(decision.pending) + 1
-        start, choice = pool.earliest(job, not_before)
-        if start is not None:
-            pool.hold(job, choice, start)
-            not_before = start  # first come first served: no one passes the job ahead
-        decision.pending.append(Pending(job.job_id, position, start, _reason(job, position, start, pool)))
-    return decision
+            start = None
+            if reservations < depth:
+                start, res_units = self.pool.earliest(job, self.planned(job))
+                if start is not None:
+                    reservations += 1
+                    self.reserve(job, start, res_units, head=reservations == 1)
+            self.waiting.append((job, why, start))
+        self.finish(monotone=False, shares=shares)
+
+    def try_now(self, job: JobRequest,
+                failed: dict[tuple, list[tuple[float, float, str]]]) -> tuple[list[int] | None, str]:
+        """Fit ``job`` now without delaying a reservation.
+
+        Within a cycle the pool only fills up, so once a job shape failed
+        with (planned, limit) seconds, any job of that shape asking as long
+        or longer on as many nodes fails too: ``failed`` keeps those to skip the search.
+        """
+        shape, planned, limit = (shape_of(job), job.nodes), self.planned(job), float(job.time_limit_s)
+        for p, lim, why in failed.get(shape, ()):
+            if p <= planned and lim <= limit:
+                return None, why
+        if self.reserved_units:
+            units, why = self.pool.fit_now(job, self.allowed(job, planned, limit), self.reserved_units)
+        else:
+            units, why = self.pool.fit_now(job)
+        if units is None:
+            if why == "reservation":
+                failed.setdefault(shape, []).append((planned, limit, why))
+            else:  # not enough GPUs, CPUs or memory free now: true whatever the duration
+                failed.setdefault(shape, []).append((0.0, 0.0, why))
+        return units, why
+
+    def allowed(self, job: JobRequest, planned: float, limit: float):
+        """The backfill test for one unit: ``job`` delays no reservation held there.
+
+        By the planned run time (the time limit under ``easy``); on the head
+        reservation's units by the time limit, as EASY does, so the head's
+        start is bounded by the limits of what runs.
+        """
+        k, now, pool = job.gpus_per_node, self.now, self.pool
+        reserved, head = self.reserved_units, self.head_units
+
+        def test(unit: Unit) -> bool:
+            if unit.idx not in reserved:
+                return True
+            duration = limit if unit.idx in head else planned
+            return pool.profile(unit).min_free(now, now + duration) >= k
+
+        return test
+
+    def reserve(self, job: JobRequest, start: float, units: list[int], head: bool) -> None:
+        nodes = self.pool.reserve(job, start, units, self.planned(job))
+        self.reserved_units.update(units)
+        if head:
+            self.head_units.update(units)
+        self.decision.reservations.append(Reservation(job.job_id, start, nodes))
+
+    # --- estimates and reasons ------------------------------------------------
+
+    def finish(self, *, monotone: bool, shares: dict[str, float]) -> None:
+        """Estimate every waiting job (reserved ones: their reservation) and write its reason.
+
+        ``monotone``: no job may start before one ahead of it (``fifo``).
+        """
+        walk = None
+        not_before = self.now
+        for position, (job, why, reserved) in enumerate(self.waiting, 1):
+            start = reserved
+            if start is None:
+                walk = walk or EstimateWalk(self.pool)
+                start = walk.place(job, self.planned(job), not_before)
+            if start is not None:
+                start = max(start, self.now)
+                if monotone:
+                    not_before = start
+            reason = self.reason(job, position, why, start, reserved, shares)
+            self.decision.pending.append(Pending(job.job_id, position, start, reason))
+
+    def reason(self, job: JobRequest, position: int, why: str, start: float | None,
+               reserved: float | None, shares: dict[str, float]) -> str:
+        """Plain words for why ``job`` waits."""
+        want = describe_request(job)
+        if start is None:
+            if self.pool.could_hold_somewhere(job):
+                return f"waiting for a node that can hold {want} to be up"
+            return f"no node in the pool can hold {want}"
+        if reserved is not None:
+            text = f"waiting for {want}; reserved from {_clock(reserved, self.now)}"
+            if why == "resources":
+                text = f"waiting for {want} with {job.cpus} CPUs and {job.memory_bytes / 1e9:g} GB of memory free; " \
+                       f"reserved from {_clock(reserved, self.now)}"
+            return text
+        ahead = position - 1
+        jobs = f"{ahead} job{'s' if ahead != 1 else ''}"
+        if self.config.name == "fifo":
+            if position == 1:
+                return f"waiting for {want} to come free"
+            return f"behind {jobs} ahead in the queue (first come, first served)"
+        if why == "reservation":
+            text = f"waiting for {want} that no reserved job needs first"
+        elif self.config.name == "easy":
+            text = f"behind {jobs} ahead in the queue" if ahead else f"waiting for {want}"
+        else:
+            text = f"behind {jobs} of higher priority" if ahead else f"waiting for {want}"
+        if shares.get(job.account, 1.0) < 0.5:
+            text += "; account over its fair share"
+        return text
 
 
-def _reason(job: JobRequest, position: int, start: float | None, pool: _Pool) -> str:
-    if start is None:
-        if not any(node_could_ever_hold(job, n) for n in pool.nodes if n.state == "up"):
-            return f"waiting for a node that can hold {describe_request(job)} to be up"
-        return f"waiting for {describe_request(job)}"
-    if position == 1:
-        return f"waiting for {describe_request(job)} to come free"
-    ahead = position - 1
-    return f"behind {ahead} job{'s' if ahead > 1 else ''} ahead in the queue (first come, first served)"
+def _clock(t: float, now: float) -> str:
+    """``02:10`` (UTC) if within the next 20 hours, else ``3 May 02:10``."""
+    when = datetime.fromtimestamp(t, UTC)
+    if t - now < 20 * 3600:
+        return f"{when:%H:%M}"
+    return f"{when.day} {when:%b %H:%M}"

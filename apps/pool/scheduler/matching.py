@@ -40,7 +40,8 @@ def free_fitting_gpus(job: JobRequest, node: NodeView, now: float) -> list[GpuSl
 def describe_request(job: JobRequest) -> str:
     """Plain words for what a job waits for: ``8 H100 on one node``."""
     models = " or ".join(job.gpu_models) if job.gpu_models else "GPUs"
-    what = f"{job.gpus_per_node} {models}" if job.gpu_models else f"{job.gpus_per_node} GPUs"
+    plural = "s" if job.gpus_per_node != 1 else ""
+    what = f"{job.gpus_per_node} {models}" if job.gpu_models else f"{job.gpus_per_node} GPU{plural}"
     if job.gpu_models and job.gpus_per_node == 1:
         what = f"1 {models}"
     if job.gpu_memory_mb:

@@ -79,7 +79,14 @@ class PolicyConfig:
 
     Weights follow Slurm's priority/multifactor plugin
     (https://slurm.schedmd.com/priority_multifactor.html): each factor is
-    normalised to [0, 1] and multiplied by its weight.
+    normalised to [0, 1] and multiplied by its weight (the operator boost is
+    added as it is, like Slurm's admin "nice" adjustment).
+    ``reservation_depth``: how many blocked top jobs get a reservation
+    (``easy`` always 1, ``fifo`` none). ``age_max_s``: the wait at which the
+    age factor reaches 1 (Slurm ``PriorityMaxAge``). ``starvation_s``: a job
+    waiting this long goes before every younger job whatever its priority
+    (first come, first served among such jobs), so no job waits forever.
+    Times in seconds.
     """
 
     name: str = "e31"
@@ -89,6 +96,7 @@ class PolicyConfig:
     weight_boost: float = 1.0
     age_max_s: float = 7 * 86400.0
     fairshare_half_life_s: float = 7 * 86400.0
+    starvation_s: float = 12 * 3600.0
 
 
 @dataclass(frozen=True)

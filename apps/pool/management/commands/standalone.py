@@ -1,4 +1,7 @@
 """``manage.py standalone``: site, scheduler and two local agents in one command (``make run``)."""
+import os
+import sys
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -13,3 +16,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, port: int, **options):
         serve(port)
+        # Everything is stopped and flushed. Skip interpreter finalisation: the
+        # reactor's loop is closed with coroutines still referenced, and
+        # collecting them at exit can crash CPython (seen as a segfault on stop).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

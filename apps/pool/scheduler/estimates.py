@@ -1,0 +1,96 @@
+"""Cheap start estimates for the jobs the cycle neither starts nor reserves.
+
+List scheduling on per-GPU availability times: each unit keeps the sorted
+times at which its GPUs are next available (after what runs, what starts
+now and what is reserved). A job needing ``k`` GPUs on ``m`` nodes starts
+at the ``m``-th smallest "time the ``k``-th GPU of a unit is available"
+over the units it may use; its GPUs are then available again at its planned
+end. Per ``(group, k)`` a heap of those times (stale entries dropped lazily)
+makes each job O(m log units) rather than O(units), so 10,000 queued jobs
+cost milliseconds. The walk ignores the gaps a job leaves before it (later
+jobs do not backfill into them), so estimates err late, never early.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .pool import Pool
+from .types import JobRequest
+
+
+class EstimateWalk:
+    """Per-unit GPU availability after the cycle's placements and reservations."""
+
+    def __init__(self, pool: Pool):
+        self.pool = pool
+        now = pool.now
+        self.avail: list[list[float]] = []
+        for unit in pool.units:
+            avail = [now] * unit.free0 + unit.ends
+            if unit.holds:
+                for _start, end, count in sorted(unit.holds):
+                    avail = sorted(avail[count:] + [end] * count)
+            self.avail.append(avail)
+        self.version = [0] * len(pool.units)
+        self.heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
+        self.built: dict[int, list[int]] = {}  # group -> the k values whose heaps exist
+
+    def _heap(self, group: int, k: int) -> list[tuple[float, int, int]]:
+        heap = self.heaps.get((group, k))
+        if heap is None:
+            heap = [(self.avail[u][k - 1], u, self.version[u]) for u in self.pool.group_units[group]]
+            heapq.heapify(heap)
+            self.heaps[(group, k)] = heap
+            self.built.setdefault(group, []).append(k)
+        return heap
+
+    def place(self, job: JobRequest, duration: float, not_before: float) -> float | None:
+        """Plan ``job`` at its earliest start (>= ``not_before``) and return it; None if no
+        set of up nodes can ever hold it."""
+        pool = self.pool
+        k, m = job.gpus_per_node, job.nodes
+        elig = pool.eligibility(job)
+        if elig.nodes < m:
+            return None
+        if m == 1 and len(elig.groups) == 1:
+            heap = self._heap(elig.groups[0], k)
+            version = self.version
+            entry = heapq.heappop(heap)
+            while entry[2] != version[entry[1]]:
+                entry = heapq.heappop(heap)
+            return self._take(entry[1:2], k, duration, not_before)
+        popped: list[tuple[tuple[float, int, int], list]] = []
+        for group in elig.groups:
+            heap = self._heap(group, k)
+            taken = 0
+            while heap and taken < m:
+                entry = heapq.heappop(heap)
+                if entry[2] != self.version[entry[1]]:
+                    continue
+                popped.append((entry, heap))
+                taken += 1
+        popped.sort(key=lambda p: p[0])
+        chosen, nodes = [], set()
+        for entry, heap in popped:
+            node_id = pool.units[entry[1]].node.node_id
+            if len(chosen) < m and node_id not in nodes:
+                chosen.append(entry[1])
+                nodes.add(node_id)
+            else:
+                heapq.heappush(heap, entry)
+        if len(chosen) < m:
+            return None
+        return self._take(chosen, k, duration, not_before)
+
+    def _take(self, chosen: list[int], k: int, duration: float, not_before: float) -> float:
+        """Give ``k`` GPUs of each chosen unit from their common start; returns the start."""
+        pool = self.pool
+        start = max(not_before, max(self.avail[u][k - 1] for u in chosen))
+        end = start + duration
+        for u in chosen:
+            self.avail[u] = sorted(self.avail[u][k:] + [end] * k)
+            self.version[u] += 1
+            group = pool.units[u].group
+            for kk in self.built.get(group, ()):
+                heapq.heappush(self.heaps[(group, kk)], (self.avail[u][kk - 1], u, self.version[u]))
+        return start

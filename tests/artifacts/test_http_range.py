@@ -1,0 +1,21 @@
+"""Range requests on stored files (RFC 9110 §14)."""
+from apps.artifacts.http import UNSATISFIABLE, byte_range
+
+
+def test_it_reads_single_ranges():
+    assert byte_range("bytes=0-9", 100) == (0, 9)
+    assert byte_range("bytes=90-", 100) == (90, 99)
+    assert byte_range("bytes=95-200", 100) == (95, 99)
+    assert byte_range("bytes=-10", 100) == (90, 99)
+
+
+def test_it_ignores_invalid_or_multiple_ranges():
+    assert byte_range("", 100) is None
+    assert byte_range("bytes=5-3", 100) is None
+    assert byte_range("bytes=0-1,5-6", 100) is None
+    assert byte_range("items=0-1", 100) is None
+
+
+def test_it_knows_an_unsatisfiable_range():
+    assert byte_range("bytes=100-", 100) == UNSATISFIABLE
+    assert byte_range("bytes=-0", 100) == UNSATISFIABLE

@@ -1,0 +1,91 @@
+"""The pure core: gang placement all or nothing, constraint matching, packing."""
+import pytest
+
+from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, schedule
+
+NOW = 1_000_000.0
+
+
+def node(node_id, n=8, model="H100-80GB", mem=81559, busy_until=(), state="up", cpus=64,
+         memory=10**12, runtimes=("docker",)):
+    gpus = [GpuSlot(node_id * 100 + i, model, mem, busy_until[i] if i < len(busy_until) else 0.0)
+            for i in range(n)]
+    return NodeView(node_id, f"n{node_id}", state, gpus, cpus_free=cpus, memory_free_bytes=memory,
+                    cpus_total=cpus, memory_total_bytes=memory, runtimes=runtimes)
+
+
+def job(job_id, gpus, nodes=1, limit=3600, **kw):
+    return JobRequest(job_id=job_id, account="a", submitted_at=NOW - 100 + job_id, gpus_per_node=gpus,
+                      nodes=nodes, time_limit_s=limit, **kw)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "easy", "e31"])
+def test_it_places_a_gang_on_distinct_nodes_or_not_at_all(policy):
+    nodes = [node(1, 8, busy_until=(NOW + 50,) * 4), node(2, 8), node(3, 8, busy_until=(NOW + 50,) * 6)]
+    [placement] = schedule([job(1, 4, nodes=2)], nodes, NOW, policy).placements
+    assert sorted(n for n, _ in placement.nodes) == [1, 2] and all(len(ids) == 4 for _, ids in placement.nodes)
+    blocked = schedule([job(1, 4, nodes=3)], nodes, NOW, policy)
+    assert blocked.placements == [] and blocked.pending[0].estimated_start == NOW + 50
+
+
+@pytest.mark.parametrize("policy", ["fifo", "easy", "e31"])
+def test_it_never_gives_a_gpu_twice(policy):
+    queue = [job(i, (1, 2, 4, 8)[i % 4], nodes=1 + (i % 5 == 0)) for i in range(1, 40)]
+    nodes = [node(i, 8) for i in range(1, 9)]
+    d = schedule(queue, nodes, NOW, policy)
+    gpus = [g for p in d.placements for _, ids in p.nodes for g in ids]
+    assert len(gpus) == len(set(gpus)) <= 64
+    placed = {p.job_id for p in d.placements}
+    assert placed.isdisjoint(p.job_id for p in d.pending) and len(placed) + len(d.pending) == len(queue)
+
+
+def test_it_packs_small_jobs_to_keep_whole_nodes_free():
+    nodes = [node(1, 8), node(2, 8, busy_until=(NOW + 500,) * 5), node(3, 8)]
+    d = schedule([job(1, 2), job(2, 1)], nodes, NOW, "e31")
+    assert {p.nodes[0][0] for p in d.placements} == {2}
+    d = schedule([job(1, 2), job(2, 1), job(3, 8, nodes=2)], nodes, NOW, "e31")
+    assert {p.job_id: sorted(n for n, _ in p.nodes) for p in d.placements}[3] == [1, 3]
+
+
+def test_it_matches_a_model_family_but_not_another_model():
+    nodes = [node(1, 4, model="A100-80GB"), node(2, 4, model="H100-80GB")]
+    d = schedule([job(1, 4, gpu_models=("H100",))], nodes, NOW, "e31")
+    assert d.placements[0].nodes[0][0] == 2
+    d = schedule([job(1, 4, gpu_models=("h100-80gb",)), job(2, 4, gpu_models=("A100-80GB",))], nodes, NOW, "e31")
+    assert {p.job_id: p.nodes[0][0] for p in d.placements} == {1: 2, 2: 1}
+    d = schedule([job(1, 4, gpu_models=("H100-94GB",))], nodes, NOW, "e31")
+    assert d.placements == [] and d.pending[0].estimated_start is None
+    assert d.pending[0].reason == "no node in the pool can hold 4 H100-94GB on one node"
+
+
+def test_it_honours_gpu_memory_cpus_memory_and_runtime():
+    nodes = [node(1, 4, model="A100-40GB", mem=40960, cpus=128, memory=2 * 10**12),
+             node(2, 4, cpus=16, memory=10**11, runtimes=())]
+    cases = [
+        (dict(gpu_memory_mb=80000), 2),
+        (dict(gpu_memory_mb=40000), 1),   # best fit ties go to the first node: both fit
+        (dict(cpus=32), 1),
+        (dict(memory_bytes=5 * 10**11), 1),
+        (dict(needs_runtime=True), 1),
+        (dict(gpu_memory_mb=80000, needs_runtime=True), None),
+    ]
+    for kw, where in cases:
+        d = schedule([job(1, 2, **kw)], nodes, NOW, "e31")
+        assert (d.placements[0].nodes[0][0] if d.placements else None) == where, kw
+
+
+def test_it_waits_for_cpus_held_by_running_jobs_without_giving_them_twice():
+    busy = node(1, 4, busy_until=(NOW + 100,) * 2, cpus=64)
+    busy.cpus_free = 8
+    d = schedule([job(1, 2, cpus=16)], [busy], NOW, "e31")
+    assert d.placements == []
+    assert d.pending[0].estimated_start >= NOW and "16 CPUs" in d.pending[0].reason
+
+
+@pytest.mark.parametrize("state", ["draining", "down"])
+def test_it_starts_nothing_on_a_node_that_is_not_up(state):
+    d = schedule([job(1, 1)], [node(1, 4, state=state)], NOW, "e31")
+    assert d.placements == [] and d.pending[0].estimated_start is None
+    assert d.pending[0].reason == "waiting for a node that can hold 1 GPU on one node to be up"
+    d = schedule([job(1, 1)], [node(1, 4, state=state), node(2, 1)], NOW, "e31")
+    assert d.placements[0].nodes == ((2, (200,)),)

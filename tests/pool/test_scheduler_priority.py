@@ -1,0 +1,52 @@
+"""Pure helpers of the e31 policy: decay, fair share (Slurm classic), runtime prediction (Tsafrir et al. 2007)."""
+import pytest
+
+from apps.pool.scheduler import UsageLedger, decay, fairshare_factor, planned_end, policy_config, predict_runtime
+
+DAY = 86400.0
+
+
+def test_decay_halves_per_half_life():
+    assert decay(100.0, 7 * DAY, 7 * DAY) == pytest.approx(50.0)
+    assert decay(100.0, 14 * DAY, 7 * DAY) == pytest.approx(25.0)
+    assert decay(100.0, 0, 7 * DAY) == 100.0 and decay(100.0, 5, 0) == 0.0
+
+
+def test_the_ledger_keeps_usage_incrementally_as_the_closed_form_sum():
+    ledger = UsageLedger(half_life_s=DAY)
+    charges = [(0.0, 100.0), (3600.0, 50.0), (2 * DAY, 10.0)]
+    for at, gpu_seconds in charges:
+        ledger.add("a", gpu_seconds, at)
+    now = 3 * DAY
+    expected = sum(decay(g, now - at, DAY) for at, g in charges)
+    assert ledger.snapshot(now) == {"a": pytest.approx(expected)}
+
+
+def test_fairshare_is_two_to_the_minus_usage_over_share():
+    assert fairshare_factor(0, 1000, 4) == 1.0
+    assert fairshare_factor(250, 1000, 4) == pytest.approx(0.5)   # used exactly its share
+    assert fairshare_factor(1000, 1000, 4) == pytest.approx(2**-4)
+    assert fairshare_factor(10, 0, 4) == 1.0
+
+
+def test_prediction_is_the_mean_of_the_last_two_runs_capped_by_the_limit():
+    assert predict_runtime([], 3600) == 3600.0
+    assert predict_runtime([10.0, 100.0, 300.0], 3600) == 200.0
+    assert predict_runtime([5000.0, 7000.0], 3600) == 3600.0
+    assert predict_runtime([0.0], 3600) == 1.0
+
+
+def test_a_gpu_past_its_prediction_is_planned_later_but_never_past_its_limit():
+    now = 1000.0
+    assert planned_end(0.0, None, now) == 0.0                 # free
+    assert planned_end(5000.0, 2000.0, now) == 2000.0         # as predicted
+    assert planned_end(5000.0, None, now) == 5000.0           # no prediction: the limit
+    assert planned_end(5000.0, 960.0, now) == now + 60        # just overran: a minute more
+    assert planned_end(5000.0, 100.0, now) == now + 900       # overran 900 s: as long again
+    assert planned_end(1500.0, 100.0, now) == 1500.0          # capped by the time limit
+
+
+def test_policies_by_name_and_unknown_ones_refused():
+    assert policy_config("easy").name == "easy" and policy_config("e31").reservation_depth == 4
+    with pytest.raises(ValueError, match="unknown scheduling policy 'sjf'"):
+        policy_config("sjf")
