@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from apps.artifacts.http import serve_file
-from apps.artifacts.services import bundle_latest
+from apps.artifacts.services import bundle_latest, bundles_latest
 from apps.metering.display import rate_text
 from apps.metering.selectors import job_money, price_estimate, rate_table
 
@@ -115,7 +115,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "section": "jobs", "job": job, "events": job.events.all(), "leases": leases,
         "money": job_money(leases, timezone.now()), "steps": _steps(job),
         "time_limit": format_duration(job.time_limit_s),
-        "log_tail": tail, "log_cut": tail_cut, "bundle": bundle_latest(job),
+        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
         "spec_yaml": spec_to_yaml(job.spec),
     })
 
@@ -143,10 +143,12 @@ def job_log(request: HttpRequest, pk: int) -> HttpResponse:
 def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
     job = _own_job(request, pk)
-    bundle = bundle_latest(job)
+    rank = request.GET.get("rank", "0")
+    bundle = bundle_latest(job, rank=int(rank)) if rank.isdigit() else None
     if bundle is None or not bundle.file:
         raise Http404("This job has no bundle.")
-    return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle.tar.gz",
+    suffix = f"-rank{bundle.rank}" if bundle.rank else ""
+    return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz",
                       size=bundle.size_bytes, etag=bundle.sha256)
 
 
