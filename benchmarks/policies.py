@@ -1,0 +1,151 @@
+"""Scheduling policies on real traces: fifo, easy and e31 through the trace simulator,
+next to the schedule each site's own scheduler recorded (SPEC §5).
+
+Traces (Parallel Workloads Archive, /work/shared/traces): KTH-SP2 on 100
+nodes of 1 GPU (KTH ran EASY backfilling: its recorded waits are what EASY
+achieved there) and SDSC-BLUE on 144 nodes of 8 GPUs. Each trace x policy
+replay runs in its own process. ``recorded`` computes the same figures from
+the waits written in the trace (field 3), same jobs, no estimates.
+
+    .venv/bin/python benchmarks/policies.py                      # --limit 20000, all policies and traces
+    .venv/bin/python benchmarks/policies.py --limit 0            # full traces (slow)
+    .venv/bin/python benchmarks/policies.py --policies fifo,easy --traces kth --out var/policies.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from apps.pool.scheduler import schedule  # noqa: E402
+from apps.pool.simulator import recorded_trace, simulate_trace  # noqa: E402
+
+TRACE_DIR = Path(os.environ.get("E31_TRACES", "/work/shared/traces"))
+TRACES = {
+    "kth": ("KTH-SP2-1996-2.1-cln.swf.gz", 100, 1),
+    "sdsc": ("SDSC-BLUE-2000-4.2-cln.swf.gz", 144, 8),
+}
+POLICIES = ("fifo", "easy", "e31")
+COLUMNS = [  # (key, header, format)
+    ("trace", "trace", "short"), ("policy", "policy", "{}"), ("jobs", "jobs", "{:,}"),
+    ("utilisation", "util", "{:.3f}"), ("wait_mean_s", "wait mean s", "{:,.0f}"),
+    ("wait_p50_s", "p50 s", "{:,.0f}"), ("wait_p95_s", "p95 s", "{:,.0f}"), ("wait_max_s", "max s", "{:,.0f}"),
+    ("bsld_mean", "bsld", "{:.2f}"), ("bsld_p95", "bsld p95", "{:.1f}"),
+    ("worst_account_bsld", "worst acct", "{:.1f}"), ("jain_accounts", "jain", "{:.3f}"),
+    ("estimate_within_60s", "est<=60s", "{:.3f}"), ("estimate_within_60s_waited", "est<=60s w", "{:.3f}"),
+    ("estimate_abs_error_median_s", "est err p50 s", "{:,.0f}"),
+    ("estimate_abs_error_median_waited_s", "est err p50 w s", "{:,.0f}"),
+    ("cycle_ms_p50", "cycle p50 ms", "{:.2f}"), ("cycle_ms_max", "cycle max ms", "{:,.1f}"),
+    ("wall_s", "wall s", "{:,.1f}"),
+]
+SIZE_COLUMNS = ("1", "2-8", "9+")
+
+
+def available(policy: str) -> bool:
+    """True if the scheduling core knows ``policy``."""
+    try:
+        schedule([], [], 0.0, policy)
+    except ValueError:
+        return False
+    return True
+
+
+def run_one(trace: str, policy: str, limit: int | None) -> dict:
+    name, nodes, gpus = TRACES[trace]
+    path = TRACE_DIR / name
+    if policy == "recorded":
+        out = recorded_trace(path, nodes=nodes, gpus_per_node=gpus, limit=limit)
+    else:
+        out = simulate_trace(path, policy, nodes=nodes, gpus_per_node=gpus, limit=limit)
+    out["trace_key"] = trace
+    return out
+
+
+def short(trace: str) -> str:
+    """``KTH-SP2-1996-2.1-cln.swf.gz`` -> ``KTH-SP2``."""
+    return "-".join(trace.split("-")[:2])
+
+
+def fmt(value, spec: str) -> str:
+    if value is None:
+        return "-"
+    if spec == "short":
+        return short(str(value))
+    try:
+        return spec.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def table(results: list[dict]) -> str:
+    """Markdown table: the main figures, then bounded slowdown by job size."""
+    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * len(COLUMNS)]
+    for r in results:
+        lines.append("| " + " | ".join(fmt(r.get(k), f) for k, _, f in COLUMNS) + " |")
+    lines += ["", "| trace | policy | " + " | ".join(f"{c} GPUs: jobs / wait mean s / bsld" for c in SIZE_COLUMNS)
+              + " |", "|---|---|" + "---|" * len(SIZE_COLUMNS)]
+    for r in results:
+        cells = []
+        for c in SIZE_COLUMNS:
+            row = (r.get("by_size") or {}).get(c) or {}
+            cells.append(f"{fmt(row.get('jobs'), '{:,}')} / {fmt(row.get('wait_mean_s'), '{:,.0f}')} / "
+                         f"{fmt(row.get('bsld_mean'), '{:.2f}')}")
+        lines.append(f"| {short(r['trace'])} | {r['policy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=20000, help="first N jobs of each trace; 0 = whole trace")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma list of fifo, easy, e31")
+    parser.add_argument("--traces", default=",".join(TRACES), help="comma list of kth, sdsc")
+    parser.add_argument("--no-recorded", action="store_true", help="leave out the recorded schedules")
+    parser.add_argument("--workers", type=int, default=min(6, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+    limit = args.limit or None
+    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
+    unknown = [t for t in traces if t not in TRACES]
+    if unknown:
+        parser.error(f"unknown trace(s) {unknown}; known: {', '.join(TRACES)}")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    missing = [p for p in policies if not available(p)]
+    for p in missing:
+        print(f"policy {p!r} is not in the scheduling core yet: left out", file=sys.stderr)
+    policies = [p for p in policies if p not in missing]
+    runs = [(t, p) for t in traces for p in ([] if args.no_recorded else ["recorded"]) + policies]
+    started = time.perf_counter()
+    results: dict[tuple[str, str], dict] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        futures = {pool.submit(run_one, t, p, limit): (t, p) for t, p in runs}
+        for fut in as_completed(futures):
+            t, p = futures[fut]
+            try:
+                results[(t, p)] = fut.result()
+            except Exception as exc:  # one failed run should not lose the others
+                results[(t, p)] = {"trace": TRACES[t][0], "policy": p, "error": repr(exc)}
+            print(f"done {t} {p} ({time.perf_counter() - started:,.0f} s)", file=sys.stderr)
+    ordered = [results[k] for k in runs]
+    print(table([r for r in ordered if "error" not in r]))
+    for r in ordered:
+        if "error" in r:
+            print(f"\n{r['trace']} {r['policy']}: FAILED {r['error']}")
+    report = {"benchmark": "policies", "limit": limit, "missing_policies": missing,
+              "wall_s": round(time.perf_counter() - started, 1), "results": ordered}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
