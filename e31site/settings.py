@@ -88,7 +88,14 @@ TEMPLATES = [
 # Database: PostgreSQL through DATABASE_URL, else SQLite under var/ (standalone).
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Under ASGI every request's sync code runs in a fresh thread, so Django's
+    # per-thread persistent connections would reconnect (a PostgreSQL backend
+    # fork) on each request; psycopg's pool keeps connections across threads.
+    # https://docs.djangoproject.com/en/5.2/ref/databases/#connection-pool
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    if env_bool("E31_DB_POOL", True):
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env_int("E31_DB_POOL_MIN", 2), "max_size": env_int("E31_DB_POOL_MAX", 20), "timeout": 30}
 else:
     DATABASES = {
         "default": {
