@@ -1,5 +1,6 @@
-"""Shared fixtures: an owner, a stranger, a small pool."""
+"""Shared fixtures: an owner, a stranger, their API clients, a small pool."""
 import pytest
+from rest_framework.test import APIClient
 
 from .factories import UserFactory, node_with_gpus
 
@@ -19,3 +20,25 @@ def pool(db):
     """node-a: 4 x H100-80GB; node-b: 2 x A100-40GB."""
     return [node_with_gpus("node-a", count=4), node_with_gpus("node-b", count=2, model="A100-40GB",
                                                               memory_mb=40960)]
+
+
+@pytest.fixture(autouse=True)
+def _media_in_tmp(settings, tmp_path):
+    """Uploads and bundles written by a test stay in its own directory."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+
+
+@pytest.fixture
+def api(owner):
+    """The API as ``owner``."""
+    client = APIClient()
+    client.force_authenticate(owner)
+    return client
+
+
+@pytest.fixture
+def stranger_api(stranger):
+    """The API as ``stranger``."""
+    client = APIClient()
+    client.force_authenticate(stranger)
+    return client

@@ -11,6 +11,7 @@ from apps.pool.choices import NodeState
 from apps.pool.models import Gpu, Node
 
 _uuid = itertools.count(1)
+PASSWORD = "pw-for-tests"
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -20,7 +21,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
     def _save(obj, create, extracted, **kwargs):

@@ -14,20 +14,6 @@ from ..factories import spec
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
-
-
-@pytest.fixture
-def stranger_api(stranger):
-    client = APIClient()
-    client.force_authenticate(stranger)
-    return client
-
-
 @pytest.mark.django_db(transaction=True)
 def test_it_accepts_json_and_rents_at_once_when_gpus_are_free(api, pool):
     resp = api.post("/api/v1/jobs/", spec(), format="json")

@@ -17,13 +17,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
-
-
-@pytest.fixture
 def agent(pool):
     token = node_token_issue(name="node-a")
     client = APIClient()

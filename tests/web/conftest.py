@@ -2,28 +2,22 @@
 import pytest
 from django.test import Client
 
-from .factories import WebUserFactory, node_with_gpus
-
-
-@pytest.fixture(autouse=True)
-def _media_in_tmp(settings, tmp_path):
-    """Uploads and bundles written by a test stay in its own directory."""
-    settings.MEDIA_ROOT = str(tmp_path / "media")
+from .factories import UserFactory, node_with_gpus
 
 
 @pytest.fixture
 def user(db):
-    return WebUserFactory(username="alice")
+    return UserFactory(username="alice")
 
 
 @pytest.fixture
 def stranger_user(db):
-    return WebUserFactory(username="mallory")
+    return UserFactory(username="mallory")
 
 
 @pytest.fixture
 def staff_user(db):
-    return WebUserFactory(username="operator", is_staff=True)
+    return UserFactory(username="operator", is_staff=True)
 
 
 @pytest.fixture

@@ -3,64 +3,18 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import tarfile
 from typing import Any
-
-import factory
-from django.contrib.auth import get_user_model
-from django.utils import timezone
 
 from apps.artifacts.services import bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
 from apps.jobs.services import agent_report, job_submit, log_append
-from apps.pool.choices import NodeState
-from apps.pool.models import Gpu, Node
 from apps.pool.scheduling import schedule_cycle
 
-PASSWORD = "web-tests-pw"
-_gpu_ids = itertools.count(1)
+from ..factories import PASSWORD, UserFactory, node_with_gpus
 
-
-class WebUserFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = get_user_model()
-        django_get_or_create = ("username",)
-        skip_postgeneration_save = True
-
-    username = factory.Sequence(lambda n: f"web-user-{n}")
-    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
-
-    @factory.post_generation
-    def _save(obj, create, extracted, **kwargs):
-        if create:
-            obj.save()
-
-
-class WebNodeFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = Node
-
-    name = factory.Sequence(lambda n: f"web-node-{n}")
-    state = NodeState.UP
-    hostname = factory.LazyAttribute(lambda o: f"{o.name}.local")
-    cpus = 32
-    memory_bytes = 256 * 10**9
-    disk_bytes = 10**12
-    simulated = True
-    last_heartbeat_at = factory.LazyFunction(timezone.now)
-    registered_at = factory.LazyFunction(timezone.now)
-
-
-def node_with_gpus(*, count: int = 4, model: str = "H100-80GB", memory_mb: int = 81559,
-                   **kwargs: Any) -> Node:
-    """A node that is up with ``count`` GPUs of ``model``."""
-    node = WebNodeFactory(**kwargs)
-    Gpu.objects.bulk_create([
-        Gpu(node=node, index=i, uuid=f"GPU-web-{next(_gpu_ids)}", model=model, memory_mb=memory_mb)
-        for i in range(count)
-    ])
-    return node
+# Users and nodes come from the shared factories; the browser tests add jobs in each step.
+__all__ = ["PASSWORD", "UserFactory", "node_with_gpus"]
 
 
 def spec_doc(**overrides: Any) -> dict:

@@ -14,7 +14,7 @@ from apps.artifacts.models import Upload
 from apps.jobs.examples import example_attachments, example_file, example_names
 from apps.jobs.models import Job
 
-from .factories import WebUserFactory, spec_doc
+from .factories import UserFactory, spec_doc
 
 pytestmark = pytest.mark.django_db
 
@@ -275,7 +275,7 @@ def test_a_row_with_a_url_keeps_its_url_after_an_error(web, user, node):
 
 
 def test_another_users_kept_file_is_ignored(web, node):
-    other = WebUserFactory(username="bob")
+    other = UserFactory(username="bob")
     theirs = Upload.objects.create(owner=other, name="secret.py", size_bytes=1, sha256="0" * 64,
                                    file="x")
     data = form_data(kept=[str(theirs.pk)], **{**BLANK_ROW, "data-0-source": "upload:secret.py"})
