@@ -6,6 +6,7 @@ layer, Celery tasks run eagerly in-process. Production: ``DATABASE_URL``
 """
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -227,14 +228,12 @@ E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
 E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)
-# Multifactor priority (apps/pool/scheduler; weights as in Slurm's priority/multifactor plugin,
-# https://slurm.schedmd.com/priority_multifactor.html): each factor in [0, 1] times its weight.
+# Scheduling policy knobs (apps.pool.scheduler.PolicyConfig; weights as in Slurm's
+# priority/multifactor plugin, https://slurm.schedmd.com/priority_multifactor.html).
+# Each is read from E31_POLICY_<FIELD> (e.g. E31_POLICY_RESERVATION_DEPTH=2) when set;
+# unset ones keep the core's tuned defaults, documented on PolicyConfig.
+E31_POLICY_OVERRIDES = {
+    key[len("E31_POLICY_"):].lower(): value for key, value in os.environ.items() if key.startswith("E31_POLICY_")
+}
 E31_FAIRSHARE_HALF_LIFE_S = env_float("E31_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
-E31_PRIORITY_WEIGHT_AGE = env_float("E31_PRIORITY_WEIGHT_AGE", 1000.0)
-E31_PRIORITY_WEIGHT_FAIRSHARE = env_float("E31_PRIORITY_WEIGHT_FAIRSHARE", 10000.0)
-E31_PRIORITY_WEIGHT_BOOST = env_float("E31_PRIORITY_WEIGHT_BOOST", 1.0)
-E31_PRIORITY_AGE_MAX_S = env_float("E31_PRIORITY_AGE_MAX_S", 7 * 86400.0)
-E31_RESERVATION_DEPTH = env_int("E31_RESERVATION_DEPTH", 4)
-# A job queued this long goes ahead of every younger one (no job waits forever).
-E31_STARVATION_S = env_float("E31_STARVATION_S", 12 * 3600.0)
 E31_CYCLE_STATS_KEEP = env_int("E31_CYCLE_STATS_KEEP", 500)

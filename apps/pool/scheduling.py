@@ -7,12 +7,14 @@ unique index ``one_open_lease_per_gpu`` refuses a GPU given twice.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -52,13 +54,32 @@ def job_request(job: Job, predicted_runtime_s: float | None = None) -> JobReques
 
 
 def policy_config() -> PolicyConfig:
-    """The policy and weights in force, from settings (``E31_SCHEDULER_POLICY``, ``E31_PRIORITY_*``)."""
-    return PolicyConfig(
-        name=settings.E31_SCHEDULER_POLICY, reservation_depth=settings.E31_RESERVATION_DEPTH,
-        weight_age=settings.E31_PRIORITY_WEIGHT_AGE, weight_fairshare=settings.E31_PRIORITY_WEIGHT_FAIRSHARE,
-        weight_boost=settings.E31_PRIORITY_WEIGHT_BOOST, age_max_s=settings.E31_PRIORITY_AGE_MAX_S,
-        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S, starvation_s=settings.E31_STARVATION_S,
-    )
+    """The policy in force: ``E31_SCHEDULER_POLICY`` with the core's defaults, overridden field by
+    field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
+
+    Raises:
+        ImproperlyConfigured: an override names no field of :class:`PolicyConfig` or has a bad value.
+    """
+    base = PolicyConfig(name=settings.E31_SCHEDULER_POLICY, fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S)
+    fields = {f.name: f for f in dataclasses.fields(PolicyConfig)}
+    changes = {}
+    for key, raw in settings.E31_POLICY_OVERRIDES.items():
+        if key not in fields or key == "name":
+            raise ImproperlyConfigured(f"E31_POLICY_{key.upper()}: no such scheduling policy setting")
+        current = getattr(base, key)
+        try:
+            if isinstance(current, bool):
+                value = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(current, str):
+                value = raw
+            elif isinstance(current, int):
+                value = int(raw)
+            else:
+                value = None if raw.strip().lower() in ("", "none") else float(raw)
+        except ValueError:
+            raise ImproperlyConfigured(f"E31_POLICY_{key.upper()}={raw!r} is not a valid value") from None
+        changes[key] = value
+    return dataclasses.replace(base, **changes)
 
 
 def expected_end(lease: Lease) -> float | None:

@@ -54,3 +54,19 @@ def test_concurrent_cycles_grant_each_gpu_once(owner, pool, settings, monkeypatc
     assert Job.objects.filter(state="rented").count() == 6
     assert Job.objects.filter(state="queued").count() == 6
     assert SchedulerCycle.objects.count() >= 1
+
+
+def test_policy_settings_override_the_core_defaults_field_by_field(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from apps.pool.scheduler import PolicyConfig
+    from apps.pool.scheduling import policy_config
+
+    settings.E31_POLICY_OVERRIDES = {}
+    assert policy_config().reservation_depth == PolicyConfig().reservation_depth
+    settings.E31_POLICY_OVERRIDES = {"reservation_depth": "3", "head_by_limit": "true", "guard_after_s": "none"}
+    config = policy_config()
+    assert (config.reservation_depth, config.head_by_limit, config.guard_after_s) == (3, True, None)
+    settings.E31_POLICY_OVERRIDES = {"bogus": "1"}
+    with pytest.raises(ImproperlyConfigured):
+        policy_config()

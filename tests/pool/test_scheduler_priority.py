@@ -47,6 +47,6 @@ def test_a_gpu_past_its_prediction_is_planned_later_but_never_past_its_limit():
 
 
 def test_policies_by_name_and_unknown_ones_refused():
-    assert policy_config("easy").name == "easy" and policy_config("e31").reservation_depth == 4
+    assert policy_config("easy").name == "easy" and policy_config("e31").reservation_depth == 1
     with pytest.raises(ValueError, match="unknown scheduling policy 'sjf'"):
         policy_config("sjf")

@@ -13,13 +13,18 @@ Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
     start now if it fits now and, by its time limit, delays no GPU the
     reservation needs (it ends before the shadow time or uses extra GPUs).
 ``e31`` (ours)
-    Multifactor priority (age, fair share, operator boost; see
-    :mod:`.priority`); reservations for the top ``reservation_depth`` jobs
-    that cannot start, planned with *predicted* run times (Tsafrir, Etsion
-    and Feitelson, IEEE TPDS 18(6), 2007); a lower job starts now only if,
-    by its prediction, it delays no reservation, and, on the head
-    reservation's nodes, by its time limit as in EASY. The plan is rebuilt
-    every cycle, so a job that outlives its prediction only moves the plan.
+    EASY++ (Tsafrir, Etsion and Feitelson, IEEE TPDS 18(6), 2007) with
+    fair share: the queue is ordered by multifactor priority (age, fair
+    share, slowdown so far, operator boost; see :mod:`.priority`); the top
+    ``reservation_depth`` jobs that cannot start get reservations planned
+    with *predicted* run times; the jobs left are then tried shortest
+    predicted run first (SJBF), and one starts now only if, by its
+    prediction, it delays no reservation. Once the head has waited
+    ``starvation_s`` it is also *guarded* as in EASY: its start in the plan
+    by time limits is held too, and backfill on those GPUs is judged by time
+    limits, so jobs outliving their predictions cannot push it past the
+    start EASY would give it. The plan is rebuilt every cycle, so a job that
+    outlives its prediction only moves the plan.
 
 Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
 that are up (see :mod:`.pool`). Every job not started gets a queue
@@ -79,7 +84,8 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
         cycle.run_backfill(order_fifo(queue), depth=1, shares={})
     else:
         order, shares = order_multifactor(queue, now, config, usage)
-        cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares)
+        cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares,
+                           shortest_first=config.backfill_order == "shortest")
     return cycle.decision
 
 
@@ -95,6 +101,8 @@ class _Cycle:
         self.waiting: list[tuple[JobRequest, str, float | None]] = []  # (job, why, reserved start)
         self.reserved_units: set[int] = set()
         self.head_units: set[int] = set()
+        self.guard_units: set[int] = set()   # the head's units in the plan by time limits (see guard)
+        self.constrained: set[int] = set()   # reserved or guarded units
 
     def planned(self, job: JobRequest) -> float:
         """Seconds the plan gives ``job``: its prediction under ``e31`` (capped by the time limit),
@@ -105,7 +113,7 @@ class _Cycle:
         return limit
 
     def place(self, job: JobRequest, units: list[int]) -> None:
-        nodes = self.pool.take_now(job, units, self.planned(job))
+        nodes = self.pool.take_now(job, units, self.planned(job), float(job.time_limit_s))
         self.decision.placements.append(Placement(job.job_id, nodes))
 
     # --- policies -------------------------------------------------------------
@@ -125,11 +133,21 @@ class _Cycle:
                 self.waiting.append((job, "behind", None))
         self.finish(monotone=True, shares={})
 
-    def run_backfill(self, order: list[JobRequest], depth: int, shares: dict[str, float]) -> None:
-        """Start what fits without delaying a reservation; reserve for the first ``depth`` that cannot."""
+    def run_backfill(self, order: list[JobRequest], depth: int, shares: dict[str, float],
+                     shortest_first: bool = False) -> None:
+        """Start what fits without delaying a reservation; reserve for the first ``depth`` that cannot.
+
+        ``shortest_first``: once the ``depth`` reservations are made, the jobs
+        left are tried in order of planned run time, shortest first (SJBF,
+        Tsafrir, Etsion and Feitelson 2007); queue positions stay in ``order``.
+        """
         failed: dict[tuple, list[tuple[float, float, str]]] = {}
         reservations = 0
-        for job in order:
+        rest: list[tuple[float, int, JobRequest]] = []
+        for index, job in enumerate(order):
+            if shortest_first and reservations >= depth:
+                rest.append((self.planned(job), index, job))
+                continue
             units, why = self.try_now(job, failed)
             if units:
                 self.place(job, units)
@@ -141,6 +159,16 @@ class _Cycle:
                     reservations += 1
                     self.reserve(job, start, res_units, head=reservations == 1)
             self.waiting.append((job, why, start))
+        if rest:
+            rank = {job.job_id: index for index, job in enumerate(order)}
+            rest.sort(key=lambda r: r[:2])
+            for _planned, _index, job in rest:
+                units, why = self.try_now(job, failed)
+                if units:
+                    self.place(job, units)
+                else:
+                    self.waiting.append((job, why, None))
+            self.waiting.sort(key=lambda w: rank[w[0].job_id])
         self.finish(monotone=False, shares=shares)
 
     def try_now(self, job: JobRequest,
@@ -155,8 +183,8 @@ class _Cycle:
         for p, lim, why in failed.get(shape, ()):
             if p <= planned and lim <= limit:
                 return None, why
-        if self.reserved_units:
-            units, why = self.pool.fit_now(job, self.allowed(job, planned, limit), self.reserved_units)
+        if self.constrained:
+            units, why = self.pool.fit_now(job, self.allowed(job, planned, limit), self.constrained)
         else:
             units, why = self.pool.fit_now(job)
         if units is None:
@@ -175,21 +203,43 @@ class _Cycle:
         """
         k, now, pool = job.gpus_per_node, self.now, self.pool
         reserved, head = self.reserved_units, self.head_units
+        by_limit = self.config.name != "e31" or self.config.head_by_limit
+        guard = self.guard_units
 
         def test(unit: Unit) -> bool:
-            if unit.idx not in reserved:
-                return True
-            duration = limit if unit.idx in head else planned
-            return pool.profile(unit).min_free(now, now + duration) >= k
+            idx = unit.idx
+            if idx in reserved:
+                duration = limit if by_limit and idx in head else planned
+                if pool.profile(unit).min_free(now, now + duration) < k:
+                    return False
+            return idx not in guard or pool.profile(unit, limits=True).min_free(now, now + limit) >= k
 
         return test
 
     def reserve(self, job: JobRequest, start: float, units: list[int], head: bool) -> None:
         nodes = self.pool.reserve(job, start, units, self.planned(job))
         self.reserved_units.update(units)
+        self.constrained.update(units)
         if head:
             self.head_units.update(units)
+            guard_after = self.config.guard_after_s
+            guard_after = self.config.starvation_s if guard_after is None else guard_after
+            if self.predicting and self.now - job.submitted_at >= guard_after:
+                self.guard(job)
         self.decision.reservations.append(Reservation(job.job_id, start, nodes))
+
+    def guard(self, job: JobRequest) -> None:
+        """EASY's guarantee for a head that has waited ``guard_after_s``: its start in the plan by
+        time limits (what runs and what starts now, each to its limit), held there, and judged
+        by time limits on those units, so backfill that outlives its prediction cannot push it
+        past the start EASY would give it. The start by limits never moves later while it stays
+        the head, so a waiting job is bounded."""
+        start, units = self.pool.earliest(job, float(job.time_limit_s), limits=True)
+        if start is None:
+            return
+        self.pool.reserve_limits(job, start, units, float(job.time_limit_s))
+        self.guard_units.update(units)
+        self.constrained.update(units)
 
     # --- estimates and reasons ------------------------------------------------
 

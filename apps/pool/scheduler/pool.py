@@ -16,6 +16,7 @@ CPUs and memory are checked for placements now; plans for later count GPUs only.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ class Unit:
     free0: int = 0               # GPUs free at the start of the cycle
     group: int = 0
     holds: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, count)
+    lends: list[float] | None = None  # ends of the held GPUs by their time limits (None: same as ends)
+    lholds: list[tuple[float, float, int]] = field(default_factory=list)  # placements by their time limits
 
     @property
     def size(self) -> int:
@@ -73,26 +76,28 @@ class Pool:
     def __init__(self, nodes: Sequence[NodeView], now: float, *, use_predictions: bool):
         self.now = now
         self.all_nodes = list(nodes)
-        up = sorted((n for n in nodes if n.state == "up" and n.gpus), key=lambda n: (len(n.gpus), n.name))
-        self.units: list[Unit] = []
-        self.cpus_free = {n.node_id: n.cpus_free for n in up}
-        self.memory_free = {n.node_id: n.memory_free_bytes for n in up}
+        up = [n for n in nodes if n.state == "up" and n.gpus]
+        up.sort(key=_node_order)
+        units: list[Unit] = []
+        self.units = units
+        self.cpus_free: dict[int, int] = {}
+        self.memory_free: dict[int, int] = {}
         group_ids: dict[tuple, int] = {}
         self.group_units: list[list[int]] = []
         self.group_sample: list[Unit] = []
+        max_size = free_total = 0
+        multi = False
+        free_counts: list[tuple[int, int]] = []
         for node in up:
-            for (model, memory_mb), gpus in _classes(node.gpus):
-                free_ids, ends = [], []
-                for g in gpus:
-                    if g.free_at <= now:
-                        free_ids.append(g.gpu_id)
-                    elif use_predictions:
-                        ends.append(planned_end(g.free_at, g.expected_free_at, now))
-                    else:
-                        ends.append(g.free_at)
-                ends.sort()
-                free_ids.sort()
-                unit = Unit(len(self.units), node, model, memory_mb, gpus, free_ids, ends, len(free_ids))
+            self.cpus_free[node.node_id] = node.cpus_free
+            self.memory_free[node.node_id] = node.memory_free_bytes
+            classes = _node_units(node, now, use_predictions)
+            if len(classes) > 1:
+                multi = True
+            for model, memory_mb, gpus, free_ids, ends, lends in classes:
+                idx = len(units)
+                free = len(free_ids)
+                unit = Unit(idx, node, model, memory_mb, gpus, free_ids, ends, free, lends=lends)
                 key = (model, memory_mb, len(gpus), node.cpus_total, node.memory_total_bytes, bool(node.runtimes))
                 group = group_ids.get(key)
                 if group is None:
@@ -100,16 +105,21 @@ class Pool:
                     self.group_units.append([])
                     self.group_sample.append(unit)
                 unit.group = group
-                self.group_units[group].append(unit.idx)
-                self.units.append(unit)
-        self.max_size = max((u.size for u in self.units), default=0)
-        self.buckets: list[set[int]] = [set() for _ in range(self.max_size + 1)]
-        for unit in self.units:
-            if unit.free_ids:
-                self.buckets[len(unit.free_ids)].add(unit.idx)
-        self.free_total = sum(len(u.free_ids) for u in self.units)
-        self.multi_unit_nodes = len({u.node.node_id for u in self.units}) < len(self.units)
+                self.group_units[group].append(idx)
+                units.append(unit)
+                if len(gpus) > max_size:
+                    max_size = len(gpus)
+                if free:
+                    free_total += free
+                    free_counts.append((free, idx))
+        self.max_size = max_size
+        self.buckets: list[set[int]] = [set() for _ in range(max_size + 1)]
+        for free, idx in free_counts:
+            self.buckets[free].add(idx)
+        self.free_total = free_total
+        self.multi_unit_nodes = multi
         self._profiles: dict[int, Profile] = {}
+        self._lprofiles: dict[int, Profile] = {}
         self._eligibility: dict[tuple, Eligibility] = {}
 
     # --- where a job can go -------------------------------------------------
@@ -187,8 +197,10 @@ class Pool:
                     return chosen, ""
         return None, why
 
-    def take_now(self, job: JobRequest, units: list[int], duration: float) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        """Give the job its GPUs now for ``duration`` planned seconds; returns the placement's nodes."""
+    def take_now(self, job: JobRequest, units: list[int], duration: float,
+                 limit: float | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """Give the job its GPUs now for ``duration`` planned seconds (``limit``: its time limit, for
+        the plan by time limits); returns the placement's nodes."""
         k, now = job.gpus_per_node, self.now
         out = []
         for u in units:
@@ -202,13 +214,23 @@ class Pool:
             self.cpus_free[unit.node.node_id] -= job.cpus
             self.memory_free[unit.node.node_id] -= job.memory_bytes
             self._hold(unit, now, now + duration, k)
+            self._lhold(unit, now, now + (duration if limit is None else limit), k)
             out.append((unit.node.node_id, tuple(ids)))
         return tuple(out)
 
     # --- later ----------------------------------------------------------------
 
-    def profile(self, unit: Unit) -> Profile:
-        """The unit's availability profile, with every hold so far."""
+    def profile(self, unit: Unit, limits: bool = False) -> Profile:
+        """The unit's availability profile, with every hold so far; ``limits``: the plan in which
+        everything runs to its time limit and only placements are held (EASY's)."""
+        if limits and unit.lends is not None:
+            prof = self._lprofiles.get(unit.idx)
+            if prof is None:
+                prof = Profile(self.now, unit.free0, unit.lends)
+                for start, end, count in unit.lholds:
+                    prof.hold(start, end, count)
+                self._lprofiles[unit.idx] = prof
+            return prof
         prof = self._profiles.get(unit.idx)
         if prof is None:
             prof = Profile(self.now, unit.free0, unit.ends)
@@ -217,13 +239,21 @@ class Pool:
             self._profiles[unit.idx] = prof
         return prof
 
+    def _lhold(self, unit: Unit, start: float, end: float, count: int) -> None:
+        if unit.lends is None:
+            return
+        unit.lholds.append((start, end, count))
+        prof = self._lprofiles.get(unit.idx)
+        if prof is not None:
+            prof.hold(start, end, count)
+
     def _hold(self, unit: Unit, start: float, end: float, count: int) -> None:
         unit.holds.append((start, end, count))
         prof = self._profiles.get(unit.idx)
         if prof is not None:
             prof.hold(start, end, count)
 
-    def earliest(self, job: JobRequest, duration: float) -> tuple[float | None, list[int]]:
+    def earliest(self, job: JobRequest, duration: float, limits: bool = False) -> tuple[float | None, list[int]]:
         """Earliest start (>= now) at which ``job`` fits for ``duration`` s by the profiles,
         with the best-fit units; ``(None, [])`` if no set of up nodes can ever hold it.
 
@@ -235,19 +265,20 @@ class Pool:
         if elig.nodes < m:
             return None, []
         units = [self.units[u] for g in elig.groups for u in self.group_units[g]]
-        profile = self.profile
+        windows_of = self._windows
         if m == 1:
             best, best_units = INF, []
             for unit in units:
-                t = profile(unit).first_start(k, duration)
+                windows = windows_of(unit, k, duration, limits)
+                t = windows[0][0] if windows else INF
                 if t < best:
                     best, best_units = t, [unit]
                 elif t == best and t < INF:
                     best_units.append(unit)
             if best == INF:
                 return None, []
-            return best, self._pick(best_units, best, duration, k, 1)
-        spans = [(unit, profile(unit).windows(k, duration)) for unit in units]
+            return best, self._pick(best_units, best, duration, k, 1, limits)
+        spans = [(unit, windows_of(unit, k, duration, limits)) for unit in units]
         by_node: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for unit, windows in spans:
             by_node[unit.node.node_id].extend(windows)
@@ -262,10 +293,30 @@ class Pool:
             count += 1 if kind == 0 else -1
             if kind == 0 and count >= m:
                 inside = [unit for unit, windows in spans if any(a <= t <= b for a, b in windows)]
-                return t, self._pick(inside, t, duration, k, m)
+                return t, self._pick(inside, t, duration, k, m, limits)
         return None, []
 
-    def _pick(self, units: list[Unit], start: float, duration: float, k: int, m: int) -> list[int]:
+    def _untouched(self, unit: Unit, limits: bool) -> list[float] | None:
+        """The unit's ends if nothing is held on it this cycle (its profile is then free0 rising
+        at each end, so windows and lows need no profile); else None."""
+        if limits and unit.lends is not None:
+            return None if unit.lholds else unit.lends
+        return None if unit.holds else unit.ends
+
+    def _windows(self, unit: Unit, k: int, duration: float, limits: bool) -> list[tuple[float, float]]:
+        """``Profile.windows`` of the unit, without building a profile for an untouched unit."""
+        ends = self._untouched(unit, limits)
+        if ends is None:
+            return self.profile(unit, limits).windows(k, duration)
+        need = k - unit.free0
+        if need <= 0:
+            return [(self.now, INF)]
+        if need > len(ends):
+            return []
+        return [(ends[need - 1], INF)]
+
+    def _pick(self, units: list[Unit], start: float, duration: float, k: int, m: int,
+              limits: bool = False) -> list[int]:
         """Of units that can hold a rank from ``start``, the ``m`` that fit best, on distinct nodes.
 
         Best fit at ``start``; ties to the units with the fewest GPUs free
@@ -273,7 +324,11 @@ class Pool:
         """
         ranked = []
         for unit in units:
-            prof = self.profile(unit)
+            ends = self._untouched(unit, limits)
+            if ends is not None:  # free count only rises: lowest at start, free[0] = free0
+                ranked.append((unit.free0 + bisect_right(ends, start) - k, unit.free0, unit.idx, unit))
+                continue
+            prof = self.profile(unit, limits)
             ranked.append((prof.min_free(start, start + duration) - k, prof.free[0], unit.idx, unit))
         ranked.sort(key=lambda r: r[:3])
         chosen, nodes = [], set()
@@ -284,6 +339,11 @@ class Pool:
                 if len(chosen) == m:
                     break
         return chosen
+
+    def reserve_limits(self, job: JobRequest, start: float, units: list[int], duration: float) -> None:
+        """Hold the job's GPUs from ``start`` for ``duration`` s in the plan by time limits only."""
+        for u in units:
+            self._lhold(self.units[u], start, start + duration, job.gpus_per_node)
 
     def reserve(self, job: JobRequest, start: float, units: list[int],
                 duration: float) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -300,6 +360,62 @@ class Pool:
                 ids += [gpu_id for _end, gpu_id in busy[: k - len(ids)]]
             out.append((unit.node.node_id, tuple(sorted(ids))))
         return tuple(out)
+
+
+# (node id, use_predictions) -> (the node's GPU slots, built at, valid until, units). A memo, not
+# state: an entry is used only for the very same slots (compared by value) and while ``now`` lies in
+# [built at, valid until), where nothing in it can change: no held GPU has come free and no
+# prediction has been overrun. Pools of a few thousand nodes rebuild only the nodes whose GPUs changed.
+_NODE_MEMO: dict[tuple[int, bool], tuple[tuple[GpuSlot, ...], float, float, list]] = {}
+_NODE_MEMO_MAX = 100_000
+
+
+def _node_units(node: NodeView, now: float, use_predictions: bool) -> list:
+    """``[(model, memory_mb, gpus, free_ids, ends, lends), ...]`` of one node at ``now``.
+
+    ``ends``: planned ends of the held GPUs (predicted under ``use_predictions``), ``lends``: by
+    their time limits (None without predictions). The lists are shared between cycles: never mutated.
+    """
+    snap = tuple(node.gpus)
+    key = (node.node_id, use_predictions)
+    memo = _NODE_MEMO.get(key)
+    if memo is not None and memo[1] <= now < memo[2] and memo[0] == snap:
+        return memo[3]
+    out = []
+    valid_until = INF
+    for (model, memory_mb), gpus in _classes(node.gpus):
+        free_ids, ends, lends = [], [], []
+        for g in gpus:
+            free_at = g.free_at
+            if free_at <= now:
+                free_ids.append(g.gpu_id)
+                continue
+            if free_at < valid_until:
+                valid_until = free_at
+            lends.append(free_at)
+            expected = g.expected_free_at
+            if use_predictions and expected is not None and expected < free_at:
+                if expected > now:
+                    ends.append(expected)
+                    if expected < valid_until:
+                        valid_until = expected
+                else:  # overrun: the planned end moves with the clock
+                    ends.append(planned_end(free_at, expected, now))
+                    valid_until = now
+            else:
+                ends.append(free_at)
+        ends.sort()
+        free_ids.sort()
+        lends.sort()
+        out.append((model, memory_mb, gpus, free_ids, ends, lends if use_predictions else None))
+    if len(_NODE_MEMO) >= _NODE_MEMO_MAX:
+        _NODE_MEMO.clear()
+    _NODE_MEMO[key] = (snap, now, valid_until, out)
+    return out
+
+
+def _node_order(node: NodeView) -> tuple[int, str]:
+    return len(node.gpus), node.name
 
 
 def _classes(gpus: list[GpuSlot]) -> list[tuple[tuple[str, int], list[GpuSlot]]]:

@@ -4,8 +4,11 @@ Multifactor priority follows Slurm's priority/multifactor plugin
 (https://slurm.schedmd.com/priority_multifactor.html)::
 
     priority = weight_age * age + weight_fairshare * fairshare + weight_boost * boost
+               + weight_slowdown * slowdown
 
-where ``age = min(wait / age_max, 1)`` and ``fairshare = 2 ** (-U / S)``
+where ``age = min(wait / age_max, 1)``, ``slowdown = min(wait / planned run
+/ slowdown_max, 1)`` (Maui's "expansion factor": a short job that has waited
+long for its length rises; planned run = prediction, else time limit) and ``fairshare = 2 ** (-U / S)``
 (Slurm's classic fair-share formula: ``U`` the account's share of the
 decayed usage of all accounts, ``S`` its share of the pool; every account
 has an equal share here). Usage is GPU-seconds decayed with a half-life
@@ -118,8 +121,23 @@ def fairshare_factors(queue: Iterable[JobRequest], usage: Mapping[str, float] | 
 
 def priority(job: JobRequest, now: float, config: PolicyConfig, fairshare: float) -> float:
     """Multifactor priority of one job (higher goes first); see the module docstring."""
-    age = min(max(now - job.submitted_at, 0.0) / config.age_max_s, 1.0) if config.age_max_s > 0 else 1.0
-    return config.weight_age * age + config.weight_fairshare * fairshare + config.weight_boost * job.priority_boost
+    wait = max(now - job.submitted_at, 0.0)
+    age = min(wait / config.age_max_s, 1.0) if config.age_max_s > 0 else 1.0
+    value = config.weight_age * age + config.weight_fairshare * fairshare + config.weight_boost * job.priority_boost
+    if config.weight_slowdown:
+        value += config.weight_slowdown * slowdown_factor(job, wait, config.slowdown_max)
+    return value
+
+
+def slowdown_factor(job: JobRequest, wait: float, slowdown_max: float) -> float:
+    """The job's slowdown so far, ``wait / planned run`` (planned: its prediction capped by its
+    limit, else its limit; at least 10 s, as bounded slowdown), over ``slowdown_max``, at most 1:
+    Maui's "expansion factor", which lifts short jobs that have waited long relative to their run."""
+    limit = float(job.time_limit_s)
+    planned = limit if job.predicted_runtime_s is None else min(job.predicted_runtime_s, limit)
+    if slowdown_max <= 0:
+        return 1.0
+    return min(wait / max(planned, 10.0) / slowdown_max, 1.0)
 
 
 def order_multifactor(queue: Iterable[JobRequest], now: float, config: PolicyConfig,

@@ -86,17 +86,30 @@ class PolicyConfig:
     age factor reaches 1 (Slurm ``PriorityMaxAge``). ``starvation_s``: a job
     waiting this long goes before every younger job whatever its priority
     (first come, first served among such jobs), so no job waits forever.
+    ``backfill_order``: ``shortest`` (the jobs after the reserved ones are
+    tried shortest planned run first, SJBF) or ``priority``.
+    ``head_by_limit``: backfill on the head reservation's GPUs is always
+    judged by time limits (the former rule); by default it is judged by
+    predictions, and a head that has waited ``guard_after_s`` (None: as long
+    as ``starvation_s``) is guarded by its start in the plan by time limits.
+    ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
+    :mod:`.priority` (0 turns it off).
     Times in seconds.
     """
 
     name: str = "e31"
-    reservation_depth: int = 4
+    reservation_depth: int = 1
     weight_age: float = 1000.0
-    weight_fairshare: float = 10000.0
+    weight_fairshare: float = 1000.0
     weight_boost: float = 1.0
-    age_max_s: float = 7 * 86400.0
+    age_max_s: float = 86400.0
     fairshare_half_life_s: float = 7 * 86400.0
-    starvation_s: float = 12 * 3600.0
+    starvation_s: float = 6 * 3600.0
+    backfill_order: str = "shortest"
+    head_by_limit: bool = False
+    guard_after_s: float | None = None
+    weight_slowdown: float = 1000.0
+    slowdown_max: float = 50.0
 
 
 @dataclass(frozen=True)
