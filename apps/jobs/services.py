@@ -311,11 +311,11 @@ def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None 
         job = Job.objects.select_for_update().get(pk=lease.job_id)
         if job.attempt != lease.attempt or job.state not in (JobState.RENTED, JobState.RUNNING, JobState.OUTPUT):
             continue
-        # Other ranks of a multi-node job lose their partner: end them too.
-        for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list(
-                "node_id", flat=True):
-            node_wake(node_id)
-        leases_release(job=job, attempt=job.attempt, now=at)
+        # Other ranks of a multi-node job lose their partner: they end too, on
+        # the platform's account (not charged), and their agents are told.
+        for other in job.leases.filter(attempt=job.attempt, released_at__isnull=True).select_related("node"):
+            leases_end_lost(node=other.node, at=at, job_ids={job.pk})
+            node_wake(other.node_id)
         try:
             if job.attempt < job.max_attempts:
                 transition(job, JobState.QUEUED, detail=f"node {node.name} lost; back in the queue",

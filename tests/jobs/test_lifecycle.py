@@ -153,3 +153,15 @@ def test_jobs_an_agent_no_longer_lists_are_requeued_uncharged(owner, pool):
     assert jobs_reconcile_heartbeat(node=node, running=[], min_age_s=20) == 1
     job = Job.objects.get(pk=agent.job.pk)
     assert job.attempt == 2 and Lease.objects.get(pk=agent.lease.pk).charged is False
+
+
+def test_a_lost_node_ends_the_other_ranks_of_a_gang_uncharged(owner, pool):
+    job = submit(owner, gpus=1, nodes=2)
+    leases = list(Lease.objects.filter(job=job))
+    assert len(leases) == 2
+    lost = leases[0].node
+    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    nodes_mark_lost()
+    assert {(lease.charged, lease.released_at is not None) for lease in Lease.objects.filter(job=job)} == {
+        (False, True)}
+    assert Job.objects.get(pk=job.pk).state == "queued"
