@@ -245,8 +245,3 @@ def _keep_cycle_stat(now: datetime, policy: str, seconds: float, queued: int, pl
         cutoff = SchedulerCycle.objects.order_by("-pk").values_list("pk", flat=True)[keep:keep + 1].first()
         if cutoff:
             SchedulerCycle.objects.filter(pk__lte=cutoff).delete()
-
-
-def open_leases_of(node: Node) -> list[Lease]:
-    """Open leases on ``node``, with their jobs."""
-    return list(Lease.objects.filter(node=node, released_at__isnull=True).select_related("job"))

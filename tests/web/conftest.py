@@ -26,8 +26,7 @@ def node(db):
     return node_with_gpus(count=4, model="H100-80GB", memory_mb=81559)
 
 
-@pytest.fixture
-def web(user):
+def signed_in(user) -> Client:
     """A browser signed in as ``user``."""
     client = Client()
     client.force_login(user)
@@ -35,14 +34,15 @@ def web(user):
 
 
 @pytest.fixture
+def web(user):
+    return signed_in(user)
+
+
+@pytest.fixture
 def stranger_web(stranger_user):
-    client = Client()
-    client.force_login(stranger_user)
-    return client
+    return signed_in(stranger_user)
 
 
 @pytest.fixture
 def staff_web(staff_user):
-    client = Client()
-    client.force_login(staff_user)
-    return client
+    return signed_in(staff_user)

@@ -224,19 +224,17 @@ class Pool:
         """The unit's availability profile, with every hold so far; ``limits``: the plan in which
         everything runs to its time limit and only placements are held (EASY's)."""
         if limits and unit.lends is not None:
-            prof = self._lprofiles.get(unit.idx)
-            if prof is None:
-                prof = Profile(self.now, unit.free0, unit.lends)
-                for start, end, count in unit.lholds:
-                    prof.hold(start, end, count)
-                self._lprofiles[unit.idx] = prof
-            return prof
-        prof = self._profiles.get(unit.idx)
+            return self._cached_profile(self._lprofiles, unit, unit.lends, unit.lholds)
+        return self._cached_profile(self._profiles, unit, unit.ends, unit.holds)
+
+    def _cached_profile(self, cache: dict[int, Profile], unit: Unit, ends, holds) -> Profile:
+        """The unit's profile from ``cache``, built from ``ends`` and ``holds`` on first use."""
+        prof = cache.get(unit.idx)
         if prof is None:
-            prof = Profile(self.now, unit.free0, unit.ends)
-            for start, end, count in unit.holds:
+            prof = Profile(self.now, unit.free0, ends)
+            for start, end, count in holds:
                 prof.hold(start, end, count)
-            self._profiles[unit.idx] = prof
+            cache[unit.idx] = prof
         return prof
 
     def _lhold(self, unit: Unit, start: float, end: float, count: int) -> None:
