@@ -49,6 +49,9 @@ class Lease(models.Model):
     cost = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     charged = models.BooleanField(default=True)
     end_reason = models.CharField(max_length=16, blank=True, default="")
+    staging_seconds = models.PositiveIntegerField(
+        default=0, help_text="Of the billed seconds, how many the agent spent staging inputs not already in "
+                             "its cache (pre-staged inputs cost nothing).")
     predicted_runtime_s = models.FloatField(null=True, blank=True,
                                             help_text="Planning only (never stops the job): from the account's "
                                                       "recent runs.")
