@@ -53,14 +53,16 @@ def job_request(job: Job, predicted_runtime_s: float | None = None) -> JobReques
     )
 
 
-def policy_config() -> PolicyConfig:
-    """The policy in force: ``E31_SCHEDULER_POLICY`` with the core's defaults, overridden field by
-    field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
+def policy_config(name: str | None = None) -> PolicyConfig:
+    """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults,
+    overridden field by field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
+    The simulator reads it too, so a replay runs the settings the live site runs.
 
     Raises:
         ImproperlyConfigured: an override names no field of :class:`PolicyConfig` or has a bad value.
     """
-    base = PolicyConfig(name=settings.E31_SCHEDULER_POLICY, fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S)
+    base = PolicyConfig(name=name or settings.E31_SCHEDULER_POLICY,
+                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S)
     fields = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     changes = {}
     for key, raw in settings.E31_POLICY_OVERRIDES.items():

@@ -219,6 +219,17 @@ def test_command_rejects_unknown_policy(tiny):
         call_command("simulate", str(tiny), "--policy", "no-such-policy", stdout=io.StringIO())
 
 
+def test_command_runs_the_live_policy_settings(tiny, settings):
+    from django.core.management import CommandError
+    settings.E31_POLICY_OVERRIDES = {"reservation_depth": "two"}
+    with pytest.raises(CommandError, match="E31_POLICY_RESERVATION_DEPTH"):
+        call_command("simulate", str(tiny), "--policy", "e31", stdout=io.StringIO())
+    settings.E31_POLICY_OVERRIDES = {"reservation_depth": "2"}
+    out = io.StringIO()
+    call_command("simulate", str(tiny), "--policy", "e31", "--format", "json", stdout=out)
+    assert json.loads(out.getvalue())["policy"] == "e31"
+
+
 KTH = "/work/shared/traces/KTH-SP2-1996-2.1-cln.swf.gz"
 
 

@@ -1,14 +1,18 @@
 """``manage.py simulate TRACE``: replay an SWF trace through the scheduling core (SPEC §5).
 
 A thin shell around :func:`apps.pool.simulator.simulate_trace`; it reads no
-database. A progress bar goes to the terminal (stderr) when ``rich`` is
+database. The policy's settings are the live site's: its defaults with any
+``E31_POLICY_<FIELD>`` overrides (:func:`apps.pool.scheduling.policy_config`).
+A progress bar goes to the terminal (stderr) when ``rich`` is
 installed and stderr is a terminal.
 """
 import json
 import sys
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.pool.scheduling import policy_config
 from apps.pool.simulator import format_table, simulate_trace
 
 try:
@@ -45,6 +49,11 @@ class Command(BaseCommand):
         bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
                        TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
                        ) if Progress is not None and sys.stderr.isatty() else None
+        try:
+            config = policy_config(policy)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        policy = config
         try:
             if bar is None:
                 result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit)
