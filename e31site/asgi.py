@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP to Django, WebSockets to Channels consumers (later issue).
+"""ASGI entry point: HTTP to Django, WebSockets to the live-page consumers (docs/live.md).
 
 Static files are served by Django's ASGI static handler, which keeps the
 whole middleware chain async-capable: the agents' long polls then wait on the
@@ -18,11 +18,17 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from apps.jobs.consumers import JobConsumer, JobListConsumer  # noqa: E402
+from apps.pool.consumers import PoolConsumer  # noqa: E402
 from e31site.consumers import RefuseConsumer  # noqa: E402
 
-# Live pages arrive with the live-status issue; until then every socket is
-# refused cleanly (closed before any data) instead of failing to route.
-websocket_urlpatterns: list = [re_path(r"", RefuseConsumer.as_asgi())]
+# Any other path is refused cleanly (closed before any data), never a 500.
+websocket_urlpatterns: list = [
+    re_path(r"^ws/jobs/(?P<pk>[0-9]{1,18})/$", JobConsumer.as_asgi()),
+    re_path(r"^ws/jobs/$", JobListConsumer.as_asgi()),
+    re_path(r"^ws/pool/$", PoolConsumer.as_asgi()),
+    re_path(r"", RefuseConsumer.as_asgi()),
+]
 
 application = ProtocolTypeRouter({
     "http": django_asgi,

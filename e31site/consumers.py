@@ -1,9 +1,105 @@
-"""WebSocket consumers shared by the site."""
-from channels.generic.websocket import WebsocketConsumer
+"""WebSocket consumers shared by the site: the live-page base and the refusal of unknown paths."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
+
+SNAPSHOT_MIN_INTERVAL_S = 1.0  # a client asking faster gets one snapshot a second, the last one late
+MAX_CLIENT_MESSAGE = 1024  # bytes; clients only ever send {"snapshot": true}
 
 
 class RefuseConsumer(WebsocketConsumer):
-    """Closes every connection at once, sending no data (an unknown path or a refused user)."""
+    """Closes every connection at once, sending no data (an unknown path)."""
 
     def connect(self) -> None:
         self.close()
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """A live page: authorise, join groups, send a full snapshot, then forward pushes.
+
+    Subclasses give :meth:`groups_for` (the groups this user may watch here,
+    or None to refuse) and :meth:`snapshot` (the page's fragments as they
+    are now, as HTML). The groups are joined *before* the snapshot is read,
+    so no change falls between the two; a push older than the snapshot is
+    dropped by the client's version check (static/js/live.js).
+
+    Refusals (anonymous, someone else's job, a path that does not parse)
+    close before the handshake completes: the client gets no data at all.
+    The client may send ``{"snapshot": true}`` (it missed a log chunk, or its
+    tab was hidden); that re-joins the groups, which also renews their
+    expiry, and sends a new snapshot, at most one a second: requests that
+    come faster are answered together by one snapshot when the second is up.
+    """
+
+    joined: list[str]
+
+    async def connect(self) -> None:
+        self.joined = []
+        self.last_snapshot = 0.0
+        self.snapshot_due: asyncio.Task | None = None
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        groups = await database_sync_to_async(self.groups_for)(user, **self.scope["url_route"]["kwargs"])
+        if groups is None:
+            await self.close()
+            return
+        self.joined = groups
+        await self._join()
+        await self.accept()
+        await self._send_snapshot()
+
+    async def disconnect(self, code: int) -> None:
+        if self.snapshot_due:
+            self.snapshot_due.cancel()
+        for group in self.joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not text_data or len(text_data) > MAX_CLIENT_MESSAGE:
+            return
+        try:
+            wants = json.loads(text_data).get("snapshot") is True
+        except (ValueError, AttributeError):
+            return
+        if not wants or (self.snapshot_due and not self.snapshot_due.done()):
+            return
+        wait = self.last_snapshot + SNAPSHOT_MIN_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            await self._join()
+            await self._send_snapshot()
+        else:
+            self.snapshot_due = asyncio.create_task(self._snapshot_later(wait))
+
+    async def _snapshot_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        await self._join()
+        await self._send_snapshot()
+
+    async def live_html(self, event: dict) -> None:
+        """A push from :mod:`apps.jobs.live`: fragments to forward as they are."""
+        await self.send(text_data=event["html"])
+
+    async def _join(self) -> None:
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _send_snapshot(self) -> None:
+        self.last_snapshot = time.monotonic()
+        html = await database_sync_to_async(self.snapshot)(self.scope["user"], **self.scope["url_route"]["kwargs"])
+        await self.send(text_data=html)
+
+    # --- for subclasses (run in a thread, may read the database) ---
+    def groups_for(self, user, **kwargs: str) -> list[str] | None:
+        """The groups ``user`` may join on this path, or None to refuse the socket."""
+        raise NotImplementedError
+
+    def snapshot(self, user, **kwargs: str) -> str:
+        """The page's live fragments as they are now (HTML)."""
+        raise NotImplementedError

@@ -42,6 +42,11 @@ class LocalStack:
         web: how many Daphne processes (each on its own port).
         beat: also run Celery beat (periodic cycles, node watch).
         env: extra environment for every process.
+        agent_args: extra command-line arguments for every agent.
+
+    Fault drills (tests/e2e/test_faults.py): :meth:`signal_agent` (``kill -9``,
+    SIGSTOP), :meth:`start_agent` (again, on the same work dir and token),
+    :meth:`stop_web` / :meth:`start_web` (every Daphne process, on the same ports).
     """
 
     database_url: str
@@ -51,8 +56,11 @@ class LocalStack:
     web: int = 1
     beat: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    agent_args: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list, init=False)
     ports: list[int] = field(default_factory=list, init=False)
+    named: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
+    tokens: dict[str, str] = field(default_factory=dict, init=False)
 
     @property
     def url(self) -> str:
@@ -73,6 +81,7 @@ class LocalStack:
         log = open(self.var_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         proc = subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
+        self.named[name] = proc
         return proc
 
     def start(self, timeout: float = 60.0) -> LocalStack:
@@ -87,29 +96,66 @@ class LocalStack:
         redis.Redis.from_url(self.redis_url).flushdb()
         env = self._env()
         py = sys.executable
-        for i in range(self.web):
-            port = free_port()
-            self.ports.append(port)
-            self._spawn(f"web{i}", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                    "e31site.asgi:application"], env)
+        for _ in range(self.web):
+            self.ports.append(free_port())
+        self._spawn_web(env)
         self._spawn("worker", [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo",
                                "--loglevel=WARNING", "--without-heartbeat", "--without-gossip",
                                "--without-mingle"], env)
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)
-        deadline = time.monotonic() + timeout
+        self._wait_web(time.monotonic() + timeout)
+        for name, _simulate in self.agents:
+            self.tokens[name] = subprocess.run([py, "manage.py", "issue_node_token", name], cwd=BASE_DIR, env=env,
+                                               check=True, capture_output=True, text=True).stdout.strip()
+            self.start_agent(name)
+        return self
+
+    def _spawn_web(self, env: dict[str, str]) -> None:
+        for i, port in enumerate(self.ports):
+            self._spawn(f"web{i}", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                    "e31site.asgi:application"], env)
+
+    def _wait_web(self, deadline: float) -> None:
         for url in self.urls:
             self._wait(lambda u=url: httpx.get(u + "/accounts/login/", timeout=2).status_code == 200, deadline)
-        agent_env = {k: v for k, v in env.items() if not k.startswith(("DATABASE_", "REDIS_"))}
-        for name, simulate in self.agents:
-            token = subprocess.run([py, "manage.py", "issue_node_token", name], cwd=BASE_DIR, env=env,
-                                   check=True, capture_output=True, text=True).stdout.strip()
-            workdir = self.var_dir / "agents" / name
-            workdir.mkdir(parents=True, exist_ok=True)
-            self._spawn(f"agent-{name}", [py, "-m", "e31_agent.cli", "--server", self.url, "--simulate", simulate,
-                                          "--workdir", str(workdir)], {**agent_env, "E31_NODE_TOKEN": token})
-        return self
+
+    def start_agent(self, name: str) -> subprocess.Popen:
+        """Start (or start again) the agent of node ``name``, on its work dir, with its token."""
+        simulate = dict(self.agents)[name]
+        workdir = self.var_dir / "agents" / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        agent_env = {k: v for k, v in self._env().items() if not k.startswith(("DATABASE_", "REDIS_"))}
+        return self._spawn(f"agent-{name}", [sys.executable, "-m", "e31_agent.cli", "--server", self.url,
+                                             "--simulate", simulate, "--workdir", str(workdir), *self.agent_args],
+                           {**agent_env, "E31_NODE_TOKEN": self.tokens[name]})
+
+    def signal_agent(self, name: str, sig: int) -> None:
+        """Send ``sig`` to node ``name``'s agent (SIGKILL: it is reaped and forgotten;
+        SIGSTOP/SIGCONT: it stays, frozen or thawed)."""
+        proc = self.named[f"agent-{name}"]
+        proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            proc.wait(10)
+            self._forget(f"agent-{name}")
+
+    def stop_web(self) -> None:
+        """Stop every Daphne process (SIGKILL: a server that vanishes); ports are kept."""
+        for i in range(len(self.ports)):
+            proc = self.named[f"web{i}"]
+            proc.kill()
+            proc.wait(10)
+            self._forget(f"web{i}")
+
+    def start_web(self, timeout: float = 60.0) -> None:
+        """Start the Daphne processes again, on the same ports, and wait until they answer."""
+        self._spawn_web(self._env())
+        self._wait_web(time.monotonic() + timeout)
+
+    def _forget(self, name: str) -> None:
+        proc = self.named.pop(name)
+        self.procs.remove(proc)
 
     def wait_for(self, ready, timeout: float = 30.0) -> None:
         """Poll ``ready()`` every 0.1 s until true.
@@ -133,18 +179,26 @@ class LocalStack:
             time.sleep(0.1)
         raise TimeoutError("the stack did not come up in time")
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM every process (agents first, so they stop their jobs), then SIGKILL leftovers."""
+    def stop(self, timeout: float = 20.0, web_timeout: float = 3.0) -> None:
+        """SIGTERM every process (agents first, so they stop their jobs), then SIGKILL leftovers.
+
+        Agents and the worker get ``timeout`` seconds; Daphne only ``web_timeout``: it waits
+        for open requests (an agent's long poll lasts up to ``E31_AGENT_POLL_WAIT_S``) before
+        it exits, and a web process keeps no state.
+        """
+        web = {id(self.named[name]) for name in self.named if name.startswith("web")}
         for proc in reversed(self.procs):
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a frozen agent must be able to stop
                 proc.send_signal(signal.SIGTERM)
         for proc in reversed(self.procs):
             try:
-                proc.wait(timeout=timeout)
+                proc.wait(timeout=web_timeout if id(proc) in web else timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        self.named.clear()
 
     def __enter__(self) -> LocalStack:
         return self.start()

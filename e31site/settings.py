@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.pool",
     "apps.metering",
     "apps.artifacts",
+    "apps.notices",
 ]
 
 MIDDLEWARE = [
@@ -63,6 +64,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.metering.middleware.UserTimeZoneMiddleware",  # pages in the user's own time zone
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -117,14 +119,39 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # runs as one process (standalone).
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # https://github.com/django/channels_redis#configuration (docs/deploy.md "Live pages"):
+    # capacity: messages one socket may fall behind before new ones are dropped;
+    #   a drop is safe (versions, log gaps ask for a snapshot) but costs freshness,
+    #   so it is far above a busy page's burst (a log chunk or two a second).
+    # expiry: seconds an undelivered message lives; one older belongs to a gone socket.
+    # group_expiry: seconds a socket stays in a group without re-joining; sockets
+    #   re-join on every snapshot (connect, reconnect, tab shown again).
+    # socket_timeout: redis-py 8 defaults to 5 s, the same as channels-redis's
+    #   blocking BRPOP, so an idle receive raced its own read timeout and crashed
+    #   the consumer (close 1011) or the agents' long poll (500); 30 s still
+    #   notices a dead Redis.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                       "capacity": env_int("E31_CHANNEL_CAPACITY", 1000),
+                       "expiry": 60, "group_expiry": env_int("E31_CHANNEL_GROUP_EXPIRY_S", 86400)},
         }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# E-mail (the optional notice when a job is released): SMTP from EMAIL_HOST & co. in
+# production, the console (stdout) in standalone or when no host is set.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST
+                        else "django.core.mail.backends.console.EmailBackend")
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "E31 Network <noreply@localhost>")
+E31_SITE_URL = env_str("E31_SITE_URL", "http://127.0.0.1:8031")  # links in e-mails
 
 # Celery: https://docs.celeryq.dev/en/stable/userguide/configuration.html
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
@@ -170,6 +197,8 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024  # a bundle chunk is at most 8 MiB
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 E31_UPLOAD_MAX_BYTES = env_int("E31_UPLOAD_MAX_BYTES", 1024 * 1024 * 1024)
+# Largest output bundle a job may return, bytes (issue 4, item 8); told to agents in each assignment
+E31_BUNDLE_MAX_BYTES = env_int("E31_BUNDLE_MAX_BYTES", 50 * 1000**3)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -11,5 +11,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("", include("apps.jobs.urls")),
     path("usage/", include("apps.metering.urls")),
+    path("account/", include("apps.metering.account_urls")),
     path("pool/", include("apps.pool.urls")),
+    path("notices/", include("apps.notices.urls")),
 ]

@@ -2,9 +2,20 @@
 
 Each assignment runs in its own :class:`~e31_agent.job.JobRun` thread, so
 a node runs several jobs at once. Cancels come in on both the work answer
-and the heartbeat answer and are idempotent. When the agent stops it kills
-its jobs' processes and reports nothing: the server sees the heartbeats
-stop and handles the node as lost (SPEC §3).
+and the heartbeat answer and are idempotent. When the agent is stopped
+(SIGTERM) it kills its jobs' processes and reports nothing: the server sees
+the heartbeats stop and handles the node as lost (SPEC §3).
+
+An agent that *dies* (``kill -9``, a crash) leaves its jobs running under
+their shims. The next agent on the same work dir takes them up again
+before it registers (:meth:`Agent._recover`): a run whose shim lives, or
+whose command ended with its exit recorded, is resumed; one whose shim is
+gone without an exit, or that had not started its command yet, is lost:
+its leftovers are killed, its files removed, and it is left out of the
+heartbeats' ``running`` lists, so the server requeues it like a node loss
+(not charged). A resumed run the server no longer lists at register (it
+declared the node down meanwhile) is killed and dropped at once. When a
+heartbeat answers ``"state": "down"`` the agent registers again.
 """
 
 from __future__ import annotations
@@ -12,19 +23,25 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import pwd
 import random
+import stat
+import sys
 import threading
 from collections import deque
-from typing import IO
+from typing import IO, Any
 
 from .backoff import Backoff
+from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, ApiError
 from .config import AgentConfig, Workdir
-from .inventory import collect
+from .inventory import collect, gpu_health
 from .job import JobRun
 from .models import Inventory, JobRef, RegisterAnswer, WorkAnswer
 from .paths import remove_tree
-from .runner import kill_marked
+from .prestage import Prestager, start_prestager
+from .runner import JobProcess, kill_marked
+from .state import RunState, run_states
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +56,57 @@ class RegistrationRefused(Exception):
     """The server refused to register this node (a bad token, most likely)."""
 
 
+def resolve_job_user(name: str | None) -> tuple[int, int] | None:
+    """``(uid, gid)`` the jobs run as when this process is root; None: as the agent's own user.
+
+    ``name`` given: that user (never root). Not given: ``nobody``, provided
+    other users can reach the agent's Python (the jobs' ``python``); where
+    they cannot (an interpreter under ``/root``, as on a developer's box),
+    jobs run as root and a warning says so. Raises ``ValueError`` when the
+    named user does not exist or is root.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(name or "nobody")
+    except KeyError:
+        raise ValueError(f"--job-user: no user named {name or 'nobody'!r}") from None
+    if entry.pw_uid == 0:
+        raise ValueError("--job-user: jobs must not run as root")
+    if name is None and not all(others_can_reach(p) for p in (sys.executable, sys.prefix)):
+        log.warning("jobs run as root: user nobody cannot reach %s; install the agent where other users can "
+                    "read it, or name a user with --job-user", os.path.realpath(sys.executable))
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def others_can_reach(path: str) -> bool:
+    """True when users other than the owner may search every directory up to ``path``
+    (links resolved) and read or run ``path`` itself."""
+    real = os.path.realpath(path)
+    try:
+        if not os.stat(real).st_mode & (stat.S_IROTH | stat.S_IXOTH):
+            return False
+        parent = os.path.dirname(real)
+        while True:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+            if parent == os.path.dirname(parent):
+                return True
+            parent = os.path.dirname(parent)
+    except OSError:
+        return False
+
+
 class Agent:
     """One node's agent. ``run()`` blocks until :meth:`stop` is called."""
 
     def __init__(self, config: AgentConfig, *, client: ApiClient | None = None) -> None:
         self.config = config
         self.workdir = Workdir(config.workdir)
-        self.client = client or ApiClient(config.server, config.token)
+        self.client = client or ApiClient(
+            config.server, config.token, backoff=lambda: Backoff(max_s=config.retry_max_s)
+        )
         self.stop_event = self.client.stop  # one event ends the loops and every retry
         self.inventory: Inventory | None = None
         self.registration: RegisterAnswer | None = None
@@ -54,6 +115,10 @@ class Agent:
         self._lock = threading.Lock()
         self._lockfile: IO[str] | None = None
         self._heartbeat: threading.Thread | None = None
+        self.prestager: Prestager | None = None
+        self._resumable: list[tuple[RunState, JobProcess | None]] = []
+        self.job_user = resolve_job_user(config.job_user)
+        self.cgroups: JobCgroups | None = None  # set up in run(), before any thread starts
 
     # -- public ------------------------------------------------------------
 
@@ -64,6 +129,8 @@ class Agent:
         """
         self._claim_workdir()
         try:
+            if self.cgroups is None and threading.active_count() == 1:  # moving a process moves all its threads
+                self.cgroups = JobCgroups.detect()
             self._recover()
             self.inventory = collect(workdir=self.workdir.root, simulate=self.config.simulate)
             log.info(
@@ -86,12 +153,8 @@ class Agent:
                 reg.heartbeat_interval_s,
                 reg.poll_wait_s,
             )
-            if reg.running:
-                # their processes did not survive the agent that ran them (see _recover)
-                log.warning(
-                    "server believes %s run here; they are lost and are not reported",
-                    ", ".join(str(r) for r in reg.running),
-                )
+            self._resume_runs(reg.running)
+            self.prestager = start_prestager(self.client, self.workdir, self.config, self.job_user)
             self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
             self._heartbeat.start()
             # the long poll runs in its own thread so a stop need not wait for it
@@ -130,6 +193,8 @@ class Agent:
                 self._take(answer)
             except Exception:
                 log.exception("cannot take work answer")
+            if self.prestager is not None:  # queued jobs' inputs into the cache, meter off
+                self.prestager.update(answer.prestage, assigned=[a.job_id for a in answer.assignments])
             if not answer.assignments:
                 # jitter: agents whose polls all timed out at once do not all come back at once;
                 # after real work, ask again at once: more may be waiting
@@ -140,12 +205,40 @@ class Agent:
         interval = self.registration.heartbeat_interval_s
         while not self.stop_event.is_set():
             try:
-                cancels = self.client.heartbeat(self.running())
+                answer = self.client.heartbeat(self.running(), health=self._health())
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
             else:
-                self._cancel(cancels)
+                self._cancel(answer.cancel)
+                if answer.state == "down":
+                    self._register_again()
             self.stop_event.wait(interval)
+
+    def _health(self) -> dict[str, Any] | None:
+        try:
+            return gpu_health(self.inventory)
+        except Exception as exc:  # health is informative: never let it stop the heartbeat
+            log.warning("GPU health not read: %s", exc)
+            return None
+
+    def _register_again(self) -> None:
+        """The server declared this node down (it missed our heartbeats): announce it again.
+
+        Attempts the server ended meanwhile answer 409 to their next report and are dropped.
+        """
+        assert self.inventory is not None
+        log.warning("the server has this node down; registering again")
+        try:
+            self.registration = self.client.register(self.inventory)
+        except Exception as exc:
+            log.error("registering again failed: %s", exc)
+            return
+        listed = set(self.registration.running)
+        with self._lock:
+            stale = [run for ref, run in self.jobs.items() if ref not in listed and not run.done]
+        for run in stale:
+            log.warning("%s: the server no longer runs it here; killing it", run.ref)
+            run.drop()
 
     # -- dispatch ----------------------------------------------------------
 
@@ -158,21 +251,27 @@ class Agent:
                 predecessor = next(
                     (r for k, r in self.jobs.items() if k.job_id == ref.job_id), None
                 )
-                run = JobRun(
-                    assignment,
-                    client=self.client,
-                    workdir=self.workdir,
-                    runtimes=self.inventory.runtimes if self.inventory else [],
-                    real_gpus=not (self.inventory and self.inventory.simulated),
-                    on_done=self._done,
-                    predecessor=predecessor,
-                    keep_files=self.config.keep_files,
-                    shutdown_grace_s=self.config.shutdown_grace_s,
-                )
+                run = JobRun(assignment, predecessor=predecessor, **self._run_kwargs())
                 self.jobs[ref] = run
             log.info("assignment: %s, GPUs %s", ref, assignment.gpu_indices)
             run.start()
         self._cancel(answer.cancel)
+
+    def _run_kwargs(self) -> dict[str, Any]:
+        real_gpus = not (self.inventory and self.inventory.simulated)
+        return {
+            "client": self.client,
+            "workdir": self.workdir,
+            "runtimes": self.inventory.runtimes if self.inventory else [],
+            "real_gpus": real_gpus,
+            "on_done": self._done,
+            "keep_files": self.config.keep_files,
+            "shutdown_grace_s": self.config.shutdown_grace_s,
+            # RLIMIT_AS breaks CUDA (it maps far more address space than it uses): simulated nodes only
+            "limits": {"nofile": self.config.job_nofile, "memory": not real_gpus},
+            "job_user": self.job_user,
+            "cgroups": self.cgroups,
+        }
 
     def _cancel(self, refs: list[JobRef]) -> None:
         for ref in refs:
@@ -200,18 +299,73 @@ class Agent:
         lockfile.write(f"{os.getpid()}\n")
         lockfile.flush()
         self._lockfile = lockfile
+        if self.job_user is not None:  # the job's user must reach jobs/<id>/ (its own, 0700)
+            self.workdir.jobs.chmod(0o711)
 
     def _recover(self) -> None:
-        """Clear what an agent that died left behind: processes, job dirs, temp files.
+        """Find what an agent that died left behind: runs to take up again, the rest to clear.
 
-        Their attempts are lost either way; the server requeues them.
+        A run is resumable when its command runs on under its shim, or ended
+        with its exit recorded (phase ``running``), or when it was past its
+        command (``output``, ``finished``). Every other run is lost: its
+        processes are killed and its files removed (the server requeues it).
         """
-        killed = kill_marked(self.workdir.scope)
+        keep_markers: set[str] = set()
+        keep_jobs: set[str] = set()
+        keep_files: set[str] = set()
+        for state in run_states(self.workdir.runs):
+            ref = state.ref
+            phase = state.phase
+            process = None
+            try:
+                state.load_assignment()
+            except (ValueError, KeyError, TypeError):
+                phase = "broken"
+            if phase == "running":
+                process = JobProcess.adopt(state.path)
+                if process is None:
+                    phase = "lost"
+            if phase in ("running", "output", "finished"):
+                log.warning("%s: left by an earlier agent in phase %s; taking it up again", ref, phase)
+                self._resumable.append((state, process))
+                if process is not None:
+                    keep_markers.add(process.marker)
+                keep_jobs.add(str(ref.job_id))
+                keep_files.update({self.workdir.log_path(*_pair(ref)).name,
+                                   self.workdir.bundle_path(*_pair(ref)).name})
+                continue
+            log.warning("%s: lost with an earlier agent (phase %s); the server will requeue it", ref, phase)
+            state.remove()
+        killed = kill_marked(self.workdir.scope, keep=frozenset(keep_markers))
         if killed:
             log.warning("killed %d processes left by an earlier agent", killed)
-        for parent in (self.workdir.jobs, self.workdir.bundles, self.workdir.tmp):
+        for parent, keep in ((self.workdir.jobs, keep_jobs), (self.workdir.bundles, keep_files),
+                             (self.workdir.logs, keep_files), (self.workdir.tmp, set())):
             for path in parent.iterdir():
-                remove_tree(path)
+                if path.name not in keep:
+                    remove_tree(path)
+
+    def _resume_runs(self, server_running: list[JobRef]) -> None:
+        """Start the runs :meth:`_recover` found, those the server still runs here."""
+        listed = set(server_running)
+        for state, process in self._resumable:
+            ref = state.ref
+            if ref not in listed:
+                log.warning("%s: the server no longer runs it here; killing what is left", ref)
+                if process is not None:
+                    process.stop(0)
+                state.remove()
+                remove_tree(self.workdir.job_dir(ref.job_id))
+                continue
+            run = JobRun.resume(state, process, **self._run_kwargs())
+            with self._lock:
+                self.jobs[ref] = run
+            run.start()
+        self._resumable = []
+        lost = listed - set(self.jobs)
+        if lost:
+            log.warning("server believes %s run here; they are lost (left out of the heartbeats)",
+                        ", ".join(str(r) for r in sorted(lost, key=lambda r: (r.job_id, r.attempt))))
 
     def _shutdown(self) -> None:
         self.stop_event.set()
@@ -228,3 +382,7 @@ class Agent:
         if self._lockfile is not None:
             self._lockfile.close()
             self._lockfile = None
+
+
+def _pair(ref: JobRef) -> tuple[int, int]:
+    return ref.job_id, ref.attempt

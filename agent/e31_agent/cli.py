@@ -1,9 +1,15 @@
 """``e31-agent``: the command line.
 
-    e31-agent --server URL --token TOKEN [--simulate 4xH100-80GB] [--workdir DIR]
+    e31-agent --server URL --token-file FILE [--simulate 4xH100-80GB] [--workdir DIR] [--job-user USER]
 
-The token may also come from ``E31_NODE_TOKEN``, which keeps it out of the
-process list.
+The token comes from ``--token-file`` (best: a file of mode 0600 the jobs'
+user cannot read), ``E31_NODE_TOKEN`` or ``--token`` (visible in the
+process list). It is removed from the agent's ``os.environ`` at start, so
+no process the agent starts inherits it; ``/proc/<agent>/environ`` still
+shows the value the agent was started with, which is why jobs must not run
+as the agent's user with a token in its environment: run the agent as root
+(jobs then run as ``--job-user``, default ``nobody``) or give it the token
+by file.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from . import __version__
 from .agent import Agent, RegistrationRefused, WorkdirBusy
 from .config import AgentConfig
 from .inventory import SimulateError, parse_simulate
+from .node_inputs import FileRootError, check_file_roots
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -32,6 +39,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--token",
         default=os.environ.get("E31_NODE_TOKEN"),
         help="node token from `manage.py issue_node_token` (default: $E31_NODE_TOKEN)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help="read the node token from this file (keep it mode 0600)",
+    )
+    parser.add_argument(
+        "--job-user",
+        help="when the agent runs as root, run jobs as this user (default: nobody)",
     )
     parser.add_argument(
         "--simulate",
@@ -55,10 +71,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="keep job dirs, logs and bundles after each job (for debugging)",
     )
+    parser.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=None,
+        help="cap of the input cache in bytes; least recently used inputs are evicted"
+        " (default: $E31_AGENT_CACHE_MAX_BYTES or 50 GB)",
+    )
+    parser.add_argument(
+        "--allow-file-root",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="allow file:// inputs under DIR (repeatable; default: $E31_AGENT_FILE_ROOTS, else nowhere)",
+    )
+    parser.add_argument(
+        "--retry-max",
+        type=float,
+        default=float(os.environ.get("E31_AGENT_RETRY_MAX_S", 30)),
+        metavar="SECONDS",
+        help="longest wait between retries of a call to the server (default 30)",
+    )
     parser.add_argument("--version", action="version", version=f"e31-agent {__version__}")
     args = parser.parse_args(argv)
+    if args.token_file:
+        try:
+            args.token = args.token_file.read_text().strip()
+        except OSError as exc:
+            parser.error(f"--token-file: {exc}")
     if not args.token:
         parser.error("--token (or $E31_NODE_TOKEN) is required")
+    if args.cache_max_bytes is not None and args.cache_max_bytes < 0:
+        parser.error("--cache-max-bytes: must be 0 or more")
+    try:
+        args.allow_file_root = list(check_file_roots(args.allow_file_root))
+    except FileRootError as exc:
+        parser.error(f"--allow-file-root: {exc}")
     if args.simulate:
         try:
             parse_simulate(args.simulate)
@@ -75,14 +124,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    os.environ.pop("E31_NODE_TOKEN", None)  # no child of the agent inherits it
     config = AgentConfig(
         server=args.server,
         token=args.token,
         workdir=args.workdir.expanduser().resolve(),
         simulate=args.simulate,
         keep_files=args.keep_files,
+        job_user=args.job_user,
+        retry_max_s=max(0.5, args.retry_max),
+        cache_max_bytes=args.cache_max_bytes,
+        file_roots=tuple(args.allow_file_root),
     )
-    agent = Agent(config)
+    try:
+        agent = Agent(config)
+    except ValueError as exc:
+        print(f"e31-agent: {exc}", file=sys.stderr)
+        return 2
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logging.getLogger("e31_agent").info("signal %d: stopping", signum)

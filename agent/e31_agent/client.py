@@ -20,7 +20,7 @@ import httpx
 
 from . import __version__
 from .backoff import Backoff
-from .models import FileEntry, Inventory, JobRef, RegisterAnswer, WorkAnswer
+from .models import FileEntry, HeartbeatAnswer, Inventory, JobRef, RegisterAnswer, WorkAnswer
 
 log = logging.getLogger(__name__)
 
@@ -173,15 +173,18 @@ class ApiClient:
         data = self.request("POST", "/register/", json=inventory.to_json(), abort=abort)
         return RegisterAnswer.from_json(data)
 
-    def heartbeat(self, running: list[JobRef]) -> list[JobRef]:
+    def heartbeat(self, running: list[JobRef], *, health: dict[str, Any] | None = None) -> HeartbeatAnswer:
         """``POST heartbeat/`` once (no retry: the next beat is the retry).
 
-        Returns the attempts the server wants cancelled.
+        ``health`` (GPU health, see :func:`e31_agent.inventory.gpu_health`) is
+        sent when given. Returns the attempts the server wants cancelled and
+        the node's state there (``down``: register again).
         """
-        data = self.request(
-            "POST", "/heartbeat/", json={"running": [r.to_json() for r in running]}, max_tries=1
-        )
-        return [JobRef.from_json(c) for c in data.get("cancel") or []]
+        body: dict[str, Any] = {"running": [r.to_json() for r in running]}
+        if health is not None:
+            body["health"] = health
+        data = self.request("POST", "/heartbeat/", json=body, max_tries=1)
+        return HeartbeatAnswer.from_json(data)
 
     def work(self, wait_s: float, *, abort: threading.Event | None = None) -> WorkAnswer:
         """``GET work/?wait=`` long poll; ``wait_s`` is clamped to 0..30 s."""
@@ -291,6 +294,18 @@ class ApiClient:
             abort=abort,
             job_call=True,
         )
+
+    # -- pre-staging ---------------------------------------------------------
+
+    def prestage_report(self, jobs: list[dict[str, Any]], *, abort: threading.Event | None = None) -> list[int]:
+        """``POST prestage/``: progress of queued jobs' inputs fetched ahead, meter off.
+
+        ``jobs``: ``[{"job_id", "state", "bytes_done", "bytes_total", "message"}]``.
+        Informational, so tried 3 times at most. Returns the job ids the server
+        still wants pre-staged here.
+        """
+        data = self.request("POST", "/prestage/", json={"jobs": jobs}, abort=abort, max_tries=3)
+        return [int(j) for j in data.get("prestage") or []]
 
     # -- uploads -----------------------------------------------------------
 

@@ -13,7 +13,8 @@ class Workdir:
 
     ``jobs/<job_id>/`` job dirs (mode 0700), ``logs/`` the combined output of
     each attempt, ``bundles/`` packed outputs, ``cache/`` staged inputs kept
-    across jobs, ``tmp/`` downloads in progress. Logs, bundles and temporary
+    across jobs, ``tmp/`` downloads in progress, ``runs/<job>-<attempt>/``
+    what a restarted agent needs to take a run up again. Logs, bundles and temporary
     files stay outside the job dirs, out of the jobs' reach.
     """
 
@@ -40,12 +41,20 @@ class Workdir:
         return self.root / "tmp"
 
     @property
+    def runs(self) -> Path:
+        """One state dir per attempt (:mod:`e31_agent.state`)."""
+        return self.root / "runs"
+
+    @property
     def scope(self) -> str:
         """A short id of this workdir, used to mark the processes of its jobs."""
         return hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
 
     def job_dir(self, job_id: int) -> Path:
         return self.jobs / str(job_id)
+
+    def run_dir(self, job_id: int, attempt: int) -> Path:
+        return self.runs / f"{job_id}-{attempt}"
 
     def log_path(self, job_id: int, attempt: int) -> Path:
         return self.logs / f"{job_id}-{attempt}.log"
@@ -55,7 +64,7 @@ class Workdir:
 
     def create(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        for path in (self.jobs, self.logs, self.bundles, self.cache, self.tmp):
+        for path in (self.jobs, self.logs, self.bundles, self.cache, self.tmp, self.runs):
             path.mkdir(mode=0o700, exist_ok=True)
 
 
@@ -69,3 +78,8 @@ class AgentConfig:
     simulate: str | None = None
     keep_files: bool = False  # keep job dirs, logs and bundles after a job (debugging)
     shutdown_grace_s: float = 10.0  # longest SIGTERM-to-SIGKILL wait when the agent stops
+    cache_max_bytes: int | None = None  # input cache cap, bytes (None: $E31_AGENT_CACHE_MAX_BYTES or 50 GB)
+    file_roots: tuple[Path, ...] = ()  # where file:// inputs may come from (empty: $E31_AGENT_FILE_ROOTS)
+    job_user: str | None = None  # run commands as this user (only when the agent runs as root)
+    job_nofile: int = 65536  # RLIMIT_NOFILE of every job
+    retry_max_s: float = 30.0  # longest backoff between retries of a call (protocol: 30 s)

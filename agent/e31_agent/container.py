@@ -41,22 +41,26 @@ def wrap(
     runtimes: list[str],
     job_dir: Path,
     env: dict[str, str],
-    gpu_indices: list[int],
+    gpu_indices: list[int | str],
     real_gpus: bool,
     name: str,
+    user: tuple[int, int] | None = None,
 ) -> Launch:
     """The launch for ``command`` inside ``image`` with the first runtime found.
 
     The job dir is mounted at ``/job`` and is the working directory; the
     job's variables are passed by name (``-e KEY``), so their values never
-    appear in a process listing. Raises :class:`ContainerError`.
+    appear in a process listing. ``gpu_indices`` name the leased GPUs as
+    NVIDIA's container toolkit takes them: UUIDs (preferred) or indices.
+    The container runs as ``user`` (uid, gid), by default the agent's own.
+    Raises :class:`ContainerError`.
     """
     keys = sorted(k for k in env if k not in _HOST_ONLY)
     if "docker" in runtimes or "podman" in runtimes:
         runtime = "docker" if "docker" in runtimes else "podman"
         argv = [
             runtime, "run", "--rm", "--init", "--name", name,
-            "--user", f"{os.getuid()}:{os.getgid()}",
+            "--user", "{}:{}".format(*(user or (os.getuid(), os.getgid()))),
             "-v", f"{job_dir}:{JOB_MOUNT}", "-w", JOB_MOUNT, "-e", f"HOME={JOB_MOUNT}",
         ]  # fmt: skip
         extra: dict[str, str] = {}

@@ -85,6 +85,9 @@ def _extract_zip(archive: Path, dest: Path) -> int:
                     )
             for info in infos:
                 path = dest.joinpath(*info.filename.replace("\\", "/").split("/"))
+                # checked before any directory is made: a link already in dest must not lead out
+                if not is_within(path, dest):
+                    raise ExtractError(f"archive entry {info.filename!r} leads outside the target")
                 if info.is_dir():
                     path.mkdir(parents=True, exist_ok=True)
                     continue

@@ -1,4 +1,5 @@
-"""What the node has: GPUs (NVML or ``--simulate``), CPUs, memory, disk, runtimes."""
+"""What the node has: GPUs (NVML or ``--simulate``), CPUs, memory, disk, runtimes;
+and how its GPUs are doing (:func:`gpu_health`, sent with every heartbeat)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -136,6 +138,71 @@ def nvml_gpus() -> list[GpuInfo]:
             memory_mb = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024))
             gpus.append(GpuInfo(index, uuid_, normalise_model(name, memory_mb), memory_mb))
         return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+HEALTH_FIELDS = ("temperature_c", "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected")
+
+
+def gpu_health(inventory: Inventory | None) -> dict[str, Any]:
+    """The heartbeat's ``health``: ``{"gpus": [{"uuid", "index", "temperature_c",
+    "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected"}],
+    "source": "nvml" | "simulated" | "none"}``.
+
+    From NVML: temperature (GPU die, degrees C), GPU utilisation (percent over
+    NVML's last sample period), memory in use (MiB) and volatile ECC error
+    counts since the driver loaded (None where the card has no ECC or NVML
+    does not say). Simulated GPUs report fixed, healthy figures so the
+    server side can be exercised without a GPU.
+    """
+    if inventory is None or not inventory.gpus:
+        return {"gpus": [], "source": "none"}
+    if inventory.simulated:
+        return {"source": "simulated", "gpus": [
+            {"uuid": g.uuid, "index": g.index, "temperature_c": 35, "utilization_pct": 0,
+             "memory_used_mb": 0, "ecc_uncorrected": 0, "ecc_corrected": 0}
+            for g in inventory.gpus
+        ]}  # fmt: skip
+    return {"source": "nvml", "gpus": nvml_health()}
+
+
+def nvml_health() -> list[dict[str, Any]]:
+    """Per GPU (by UUID) health from NVML; an empty list without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+
+    def read(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError:
+            return None
+
+    try:
+        out = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            util = read(pynvml.nvmlDeviceGetUtilizationRates, handle)
+            mem = read(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            volatile = getattr(pynvml, "NVML_VOLATILE_ECC", 0)
+            out.append({
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                "index": index,
+                "temperature_c": read(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
+                "utilization_pct": util.gpu if util is not None else None,
+                "memory_used_mb": int(mem.used // (1024 * 1024)) if mem is not None else None,
+                "ecc_uncorrected": read(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                        pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile),
+                "ecc_corrected": read(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                      pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile),
+            })  # fmt: skip
+        return out
     finally:
         pynvml.nvmlShutdown()
 

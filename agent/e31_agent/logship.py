@@ -5,6 +5,14 @@ stdout+stderr stream, at least every 0.5 s while the job runs. The server
 skips bytes it already has, so a retried post is harmless. When the server
 answers with a size short of what it was sent, it has reached its cap for
 this log and the agent stops sending.
+
+Through a server outage the post of the current chunk is retried for ever
+with jittered backoff while the job goes on writing; once the server is
+back the shipper catches up, 1 MiB at a time. Each acknowledged offset is
+written to ``offset_path`` (when given), so an agent restarted mid-job
+carries on from there instead of from byte 0; a chunk sent twice (the
+acknowledgement was lost, or the agent died before writing the offset)
+changes nothing on the server.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from pathlib import Path
 
 from .client import Aborted, ApiClient, ApiError, StaleAttempt
 from .models import JobRef
+from .state import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +44,7 @@ class LogShipper:
         abort: threading.Event,
         on_stale: Callable[[], None],
         interval_s: float = INTERVAL_S,
+        offset_path: Path | None = None,
     ) -> None:
         self.client = client
         self.ref = ref
@@ -42,7 +52,13 @@ class LogShipper:
         self.abort = abort
         self.on_stale = on_stale
         self.interval_s = interval_s
+        self.offset_path = offset_path
         self.offset = 0  # bytes of the log the server has (or refused for good)
+        if offset_path is not None:
+            try:
+                self.offset = int(offset_path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                self.offset = 0
         self.capped = False
         self._final = threading.Event()
         self._wake = threading.Event()
@@ -102,3 +118,8 @@ class LogShipper:
                     log.info("%s: server stores %d bytes of log; sending no more", self.ref, size)
                     self.capped = True
                 self.offset = end
+                if self.offset_path is not None:
+                    try:
+                        write_atomic(self.offset_path, str(end).encode())
+                    except OSError:
+                        pass  # the run dir went (a drop); a resend is harmless anyway

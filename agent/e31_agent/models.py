@@ -77,6 +77,21 @@ class RegisterAnswer:
 
 
 @dataclass(frozen=True)
+class HeartbeatAnswer:
+    """The server's answer to a heartbeat: cancels, and the node's state there."""
+
+    cancel: list[JobRef]
+    state: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HeartbeatAnswer:
+        return cls(
+            cancel=[JobRef.from_json(c) for c in data.get("cancel") or []],
+            state=str(data.get("state") or ""),
+        )
+
+
+@dataclass(frozen=True)
 class DataItem:
     """One input of ``spec.data``: fetched from ``source`` to ``target``."""
 
@@ -139,6 +154,11 @@ class Assignment:
     grace_s: float
     env: dict[str, str]
     spec: JobSpec
+    gpu_uuids: list[str] = field(default_factory=list)
+    cpus: int | None = None  # spec.compute.cpus: CPUs the job may use
+    memory_bytes: int | None = None  # spec.compute.memory_gb in bytes: the job's memory cap
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as received
+    output_max_bytes: int | None = None  # the site's cap on the bundle's files, bytes
 
     @property
     def ref(self) -> JobRef:
@@ -149,6 +169,8 @@ class Assignment:
         received = time.monotonic() if received_at is None else received_at
         time_limit = float(data.get("time_limit_s") or 0)
         deadline_in = data.get("deadline_in_s")
+        compute = (data.get("spec") or {}).get("compute") or {}
+        memory_gb = compute.get("memory_gb")
         return cls(
             job_id=int(data["job_id"]),
             attempt=int(data["attempt"]),
@@ -159,7 +181,24 @@ class Assignment:
             grace_s=float(data.get("grace_s", 30)),
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             spec=JobSpec.from_json(data["spec"]),
+            gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
+            cpus=int(compute["cpus"]) if compute.get("cpus") else None,
+            memory_bytes=int(float(memory_gb) * 1024**3) if memory_gb else None,
+            raw=dict(data),
+            output_max_bytes=int(data["output_max_bytes"]) if data.get("output_max_bytes") else None,
         )
+
+
+@dataclass(frozen=True)
+class PrestageOffer:
+    """A queued job whose inputs this node should fetch into its cache now, meter off."""
+
+    job_id: int
+    data: list[DataItem]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PrestageOffer:
+        return cls(job_id=int(data["job_id"]), data=[DataItem.from_json(d) for d in data.get("data") or []])
 
 
 @dataclass(frozen=True)
@@ -168,6 +207,7 @@ class WorkAnswer:
 
     assignments: list[Assignment]
     cancel: list[JobRef]
+    prestage: list[PrestageOffer] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> WorkAnswer:
@@ -177,6 +217,7 @@ class WorkAnswer:
                 Assignment.from_json(a, received_at=received) for a in data.get("assignments") or []
             ],
             cancel=[JobRef.from_json(c) for c in data.get("cancel") or []],
+            prestage=[PrestageOffer.from_json(p) for p in data.get("prestage") or []],
         )
 
 

@@ -1,11 +1,18 @@
 """Collecting a job's declared outputs into ``bundle.tar.gz`` with a manifest.
 
-``spec.output.paths`` are globs relative to the job dir: ``*`` and ``?``
-within one path segment, ``**`` across any number of them; a pattern that
-names a directory takes everything under it. A link whose target lies
-outside the job dir is never followed nor packed; a link to a file inside
-is packed as that file's content under the link's path; links to
-directories are not descended (their files are packed where they really are).
+Packing starts only after the job's whole process group has exited (the
+caller's contract). ``spec.output.paths`` are globs relative to the job
+dir: ``*`` and ``?`` within one path segment, ``**`` across any number of
+them; a pattern that names a directory takes everything under it. A
+pattern with ``..`` or an absolute path is refused (:class:`PackError`).
+
+Only regular files and directories under the job dir are looked at: links
+are never followed, neither to a file nor to a directory, whether they
+lead out of the job dir or stay inside; FIFOs, sockets and device files are
+skipped without being opened. The walk holds each directory open
+(``os.fwalk``) and opens each file relative to it with ``O_NOFOLLOW``, so a
+path swapped for a link while packing still reads nothing outside. The
+summed size of the files is capped (``max_bytes``) with a clear error.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from .models import FileEntry
-from .paths import is_within
+from .paths import UnsafePath, check_relative
 
 log = logging.getLogger(__name__)
 
@@ -90,39 +97,86 @@ def _matches(rel: str, regexes: list[re.Pattern[str]]) -> bool:
     return any(rx.match(c) for rx in regexes for c in candidates)
 
 
+class PackError(OSError):
+    """The outputs cannot be packed as declared (unsafe pattern, over the size cap)."""
+
+
+def check_patterns(patterns: list[str]) -> list[str]:
+    """The non-empty patterns; raises :class:`PackError` for ``..`` or an absolute path."""
+    out = []
+    for pattern in patterns:
+        if not pattern.strip():
+            continue
+        try:
+            check_relative(pattern.strip())
+        except UnsafePath as exc:
+            raise PackError(f"output path {exc}") from None
+        out.append(pattern)
+    return out
+
+
 def collect(job_dir: Path, patterns: list[str]) -> list[tuple[str, Path]]:
-    """The files to pack: (path relative to the job dir, path to read), sorted."""
-    regexes = [glob_regex(p) for p in patterns if p.strip()]
+    """The files to pack: (path relative to the job dir, its path under the job dir), sorted.
+
+    Regular files only, found without following any link (see the module
+    docstring). Raises :class:`PackError` for an unsafe pattern.
+    """
+    regexes = [glob_regex(p) for p in check_patterns(patterns)]
     if not regexes:
         return []
     root = os.path.realpath(job_dir)
     found: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         dirnames.sort()
-        for name in sorted(filenames):
+        for name in sorted(filenames + [d for d in dirnames if _is_link(d, dirfd)]):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             if not _matches(rel, regexes):
                 continue
-            if rel == MANIFEST:
-                log.warning("job output %s is reserved for the bundle's manifest; not packed", rel)
-                continue
             try:
-                st = os.lstat(full)
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                if not is_within(full, root):
-                    log.warning("not packing %s: link leads outside the job dir", rel)
-                    continue
-                real = os.path.realpath(full)
-                if not os.path.isfile(real):
-                    continue
-                found.append((rel, Path(real)))
-            elif stat.S_ISREG(st.st_mode):
+                log.warning("not packing %s: links are never followed", rel)
+            elif not stat.S_ISREG(st.st_mode):
+                log.warning("not packing %s: not a regular file (FIFO, socket or device)", rel)
+            elif rel == MANIFEST:
+                log.warning("job output %s is reserved for the bundle's manifest; not packed", rel)
+            else:
                 found.append((rel, Path(full)))
     found.sort()
     return found
+
+
+def _is_link(name: str, dirfd: int) -> bool:
+    """A name ``fwalk`` lists among the directories that is a link to one (never descended)."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_regular(root: str, rel: str) -> IO[bytes] | None:
+    """Open ``root/rel`` for reading without following a link in any part; None if it is not a
+    regular file (any more)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    dir_flags = flags | getattr(os, "O_DIRECTORY", 0)
+    fds = [os.open(root, dir_flags)]
+    try:
+        parts = rel.split("/")
+        for part in parts[:-1]:
+            fds.append(os.open(part, dir_flags, dir_fd=fds[-1]))
+        fd = os.open(parts[-1], flags, dir_fd=fds[-1])
+    except OSError:
+        return None
+    finally:
+        for d in fds:
+            os.close(d)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 class _HashingReader:
@@ -149,37 +203,75 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pack(job_dir: Path, patterns: list[str], bundle_path: Path, *, job_id: int) -> Bundle:
+def pack(
+    job_dir: Path, patterns: list[str], bundle_path: Path, *, job_id: int, max_bytes: int | None = None
+) -> Bundle:
     """Write ``bundle_path`` (a ``.tar.gz``): the collected outputs plus ``manifest.json``.
 
     The manifest, ``{"job_id", "files": [{"path", "size_bytes", "sha256"}]}``,
     sits at the archive's root. The archive is reproducible for the same
-    files (gzip timestamp 0, fixed owners). Raises ``OSError``.
+    files (gzip timestamp 0, fixed owners); its sha256 is computed while it
+    is written. ``max_bytes`` caps the summed size of the files (bytes).
+    Raises :class:`PackError` (unsafe pattern, over the cap) and ``OSError``.
     """
     files = collect(job_dir, patterns)
+    root = os.path.realpath(job_dir)
+    opened = []
+    total = 0
+    for rel, _path in files:
+        fh = _open_regular(root, rel)
+        if fh is None:
+            log.warning("not packing %s: no longer a regular file", rel)
+            continue
+        opened.append((rel, fh))
+        total += os.fstat(fh.fileno()).st_size
+    try:
+        if max_bytes is not None and total > max_bytes:
+            raise PackError(
+                f"the declared outputs hold {total} bytes; the most a bundle may hold is {max_bytes} bytes"
+            )
+        return _write(bundle_path, opened, job_id=job_id)
+    finally:
+        for _rel, fh in opened:
+            fh.close()
+
+
+def _write(bundle_path: Path, opened: list[tuple[str, IO[bytes]]], *, job_id: int) -> Bundle:
     bundle_path.parent.mkdir(parents=True, exist_ok=True)
     entries: list[FileEntry] = []
-    with (
-        open(bundle_path, "wb") as raw,
-        gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        for rel, real in files:
-            with open(real, "rb") as fh:
+    with open(bundle_path, "wb") as raw_file:
+        raw = _HashingWriter(raw_file)
+        with (
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz,  # type: ignore[arg-type]
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for rel, fh in opened:
                 st = os.fstat(fh.fileno())
                 info = _info(rel, st.st_size, int(st.st_mtime), executable=bool(st.st_mode & 0o100))
                 reader = _HashingReader(fh)
                 tar.addfile(info, reader)  # type: ignore[arg-type]
-            entries.append(FileEntry(rel, reader.size, reader.hash.hexdigest()))
-        manifest = {"job_id": job_id, "files": [e.to_json() for e in entries]}
-        data = json.dumps(manifest, indent=1).encode()
-        tar.addfile(_info(MANIFEST, len(data), 0), io.BytesIO(data))
-    return Bundle(
-        path=bundle_path,
-        size_bytes=bundle_path.stat().st_size,
-        sha256=file_sha256(bundle_path),
-        files=entries,
-    )
+                entries.append(FileEntry(rel, reader.size, reader.hash.hexdigest()))
+            manifest = {"job_id": job_id, "files": [e.to_json() for e in entries]}
+            data = json.dumps(manifest, indent=1).encode()
+            tar.addfile(_info(MANIFEST, len(data), 0), io.BytesIO(data))
+    return Bundle(path=bundle_path, size_bytes=raw.size, sha256=raw.hash.hexdigest(), files=entries)
+
+
+class _HashingWriter:
+    """Writes to a file while computing the sha256 of everything written (one pass, no re-read)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _info(name: str, size: int, mtime: int, *, executable: bool = False) -> tarfile.TarInfo:

@@ -1,10 +1,12 @@
 """Running a job's command in its own process group, and stopping all of it.
 
-The command runs as ``/bin/sh -c COMMAND`` in the job dir, in a new session
-(so its own process group), with a clean environment, stdout and stderr
-together into one log file. Every process of the job carries
-``E31_RUN_MARKER`` in its environment, so one that left the process group
-(``setsid``) is still found when the job is stopped.
+The command runs as ``/bin/sh -c COMMAND`` in the job dir under a per-job
+shim (:mod:`e31_agent.shim`) that outlives the agent, in a new session (so
+its own process group), with a clean environment, stdout and stderr
+together into one log file. Every process of the job is found when it is
+stopped: it descends from the shim (a child subreaper, so double-forked
+``setsid`` daemons stay its descendants), belongs to the shell's process
+group, or carries ``E31_RUN_MARKER`` in its environment.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
+
+from .state import read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +48,7 @@ def build_env(
     job_dir: Path,
     spec_env: dict[str, str],
     assignment_env: dict[str, str],
-    gpu_indices: Sequence[int],
+    gpus: Sequence[str | int],
     marker: str,
 ) -> dict[str, str]:
     """The job's environment, built from nothing (the agent's own is not passed on).
@@ -51,7 +56,8 @@ def build_env(
     In rising precedence: PATH (the agent's Python first, then the system),
     HOME (the job dir), LANG, PYTHONUNBUFFERED (so logs stream); then
     ``spec.work.env``; then the assignment's ``env`` (``E31_JOB_ID``...);
-    then ``CUDA_VISIBLE_DEVICES`` (the leased GPU indices) and the marker.
+    then ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` (the leased
+    GPUs, by UUID when the server sent them, else by index) and the marker.
     """
     python_dir = os.path.dirname(sys.executable)
     env = {
@@ -62,7 +68,9 @@ def build_env(
     }
     env.update(spec_env)
     env.update(assignment_env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
+    visible = ",".join(str(g) for g in gpus)
+    env["CUDA_VISIBLE_DEVICES"] = visible
+    env["NVIDIA_VISIBLE_DEVICES"] = visible or "void"
     env[MARKER_VAR] = marker
     return env
 
@@ -103,12 +111,13 @@ def find_marked(
     return found
 
 
-def kill_marked(scope: str) -> int:
-    """SIGKILL every process a job of this workdir left (an agent that crashed).
+def kill_marked(scope: str, *, keep: frozenset[str] = frozenset()) -> int:
+    """SIGKILL every process a job of this workdir left (an agent that crashed),
+    except those whose marker is in ``keep`` (runs taken up again).
 
     Returns how many were killed.
     """
-    procs = find_marked(lambda m: m.startswith(f"{scope}:"))
+    procs = find_marked(lambda m: m.startswith(f"{scope}:") and m not in keep)
     for proc in procs:
         try:
             proc.kill()
@@ -127,16 +136,35 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
 
 
 class JobProcess:
-    """One started command, its process group and everything it spawned."""
+    """One started command under its shim (:mod:`e31_agent.shim`), and everything it spawned.
+
+    The shim leads a session of its own and is a child subreaper; the command's
+    shell leads another (``pgid`` = the shell's pid). The job's processes are
+    the shim's descendants, the members of that group, and anything carrying
+    the run's marker, the shim itself excluded.
+    """
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], marker: str, teardown: Sequence[str] | None = None
+        self,
+        *,
+        run_dir: Path,
+        shim_pid: int,
+        shim_create_time: float,
+        child_pid: int,
+        marker: str,
+        teardown: Sequence[str] | None = None,
+        popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session: the shell leads its own group
+        self.run_dir = run_dir
+        self.shim_pid = shim_pid
+        self.shim_create_time = shim_create_time
+        self.pid = child_pid
+        self.pgid = child_pid  # start_new_session: the shell leads its own group
         self.marker = marker
         self.teardown = list(teardown) if teardown else None
+        self._popen = popen  # set when this agent started the shim (so it reaps it)
+        self._exit_code: int | None = None
+        self.stopped_by: str | None = None  # "time_limit" when the shim's backstop stopped the run
         self._lock = threading.Lock()
 
     @classmethod
@@ -147,40 +175,132 @@ class JobProcess:
         cwd: Path,
         env: dict[str, str],
         log_path: Path,
+        run_dir: Path,
         teardown: Sequence[str] | None = None,
+        limits: dict[str, Any] | None = None,
+        start_timeout_s: float = 15.0,
     ) -> JobProcess:
-        """Start ``argv`` (usually ``/bin/sh -c COMMAND``); raises ``OSError``."""
+        """Start ``argv`` (usually ``/bin/sh -c COMMAND``) under a new shim.
+
+        ``limits`` may hold ``cpus`` (list of CPU ids), ``memory_bytes``,
+        ``nofile``, ``uid`` and ``gid`` (see the shim). Writes
+        ``launch.json`` and ``shim.json`` in ``run_dir``. Raises ``OSError``
+        when the shim cannot start the command within ``start_timeout_s``.
+        """
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as out:
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for name in ("child.json", "exit.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        launch = {"argv": list(argv), "cwd": str(cwd), "env": env, "log_path": str(log_path), **(limits or {})}
+        write_json(run_dir / "launch.json", launch)
+        package_root = str(Path(__file__).resolve().parent.parent)
+        with open(run_dir / "shim.log", "ab") as shim_log:
             popen = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=env,
+                [sys.executable, "-m", "e31_agent.shim", str(run_dir)],
+                cwd=run_dir,
+                env={"PATH": SYSTEM_PATH, "PYTHONPATH": package_root, "LANG": "C.UTF-8"},
                 stdin=subprocess.DEVNULL,
-                stdout=out,
+                stdout=shim_log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
             )
-        return cls(popen, env[MARKER_VAR], teardown)
+        end = time.monotonic() + start_timeout_s
+        child = None
+        while child is None:
+            child = read_json(run_dir / "child.json")
+            if child is not None:
+                break
+            if popen.poll() is not None or time.monotonic() > end:
+                if popen.poll() is None:
+                    popen.kill()
+                    popen.wait()
+                tail = (run_dir / "shim.log").read_bytes()[-500:].decode(errors="replace").strip()
+                raise OSError(f"the command did not start: {tail.splitlines()[-1] if tail else 'no word'}")
+            time.sleep(0.01)
+        create_time = psutil.Process(popen.pid).create_time()
+        write_json(run_dir / "shim.json", {"pid": popen.pid, "create_time": create_time,
+                                           "child_pid": int(child["pid"]), "marker": env[MARKER_VAR],
+                                           "teardown": list(teardown) if teardown else None})
+        return cls(run_dir=run_dir, shim_pid=popen.pid, shim_create_time=create_time,
+                   child_pid=int(child["pid"]), marker=env[MARKER_VAR], teardown=teardown, popen=popen)
+
+    @classmethod
+    def adopt(cls, run_dir: Path) -> JobProcess | None:
+        """The run a previous agent started in ``run_dir``, when its shim still runs
+        or its command has ended (``exit.json``); None when it is lost (the shim
+        is gone without recording an exit, or never started)."""
+        shim = read_json(run_dir / "shim.json")
+        if not isinstance(shim, dict):
+            return None
+        proc = cls(run_dir=run_dir, shim_pid=int(shim["pid"]), shim_create_time=float(shim["create_time"]),
+                   child_pid=int(shim["child_pid"]), marker=str(shim["marker"]), teardown=shim.get("teardown"))
+        if proc._shim_alive() or proc.poll() is not None:
+            return proc
+        return None
+
+    # -- state ---------------------------------------------------------------
+
+    def _shim(self) -> psutil.Process | None:
+        """The live shim, or None (gone, a zombie, or its pid reused)."""
+        if self._popen is not None and self._popen.poll() is not None:
+            return None
+        try:
+            proc = psutil.Process(self.shim_pid)
+            if abs(proc.create_time() - self.shim_create_time) > 0.01 or not _alive(proc):
+                return None
+            return proc
+        except psutil.Error:
+            return None
+
+    def _shim_alive(self) -> bool:
+        return self._shim() is not None
 
     def poll(self) -> int | None:
-        """The shell's return code once it ended, else None."""
-        return self.popen.poll()
+        """The command's exit code (shell terms) once its shell ended, else None."""
+        if self._exit_code is None:
+            data = read_json(self.run_dir / "exit.json")
+            if isinstance(data, dict):
+                self._exit_code = int(data["exit_code"])
+                self.stopped_by = data.get("stopped")
+        return self._exit_code
 
     @property
-    def returncode(self) -> int | None:
-        return self.popen.returncode
+    def exit_code(self) -> int | None:
+        return self.poll()
+
+    @property
+    def lost(self) -> bool:
+        """The shim is gone without recording how the command ended."""
+        if self.poll() is not None or self._shim_alive():
+            return False
+        return self.poll() is None  # it may have written exit.json just before it went
 
     def processes(self) -> list[psutil.Process]:
-        """Every live process of the job: its group, and anything with its marker."""
-        return find_marked(lambda m: m == self.marker, pgid=self.pgid)
+        """Every live process of the job: the shim's descendants, the shell's group,
+        and anything with the run's marker (never the shim itself)."""
+        found: dict[int, psutil.Process] = {}
+        shim = self._shim()
+        if shim is not None:
+            try:
+                for proc in shim.children(recursive=True):
+                    if _alive(proc):
+                        found[proc.pid] = proc
+            except psutil.Error:
+                pass
+        for proc in find_marked(lambda m: m == self.marker, pgid=self.pgid):
+            found.setdefault(proc.pid, proc)
+        found.pop(self.shim_pid, None)
+        return list(found.values())
+
+    # -- stopping ------------------------------------------------------------
 
     def stop(self, grace_s: float) -> list[psutil.Process]:
         """SIGTERM everything, SIGKILL what is left after ``grace_s`` seconds.
 
         Idempotent and safe from several threads. Returns the processes still
-        alive at the end (empty unless something could not be killed).
+        alive at the end (empty unless something could not be killed). Waits
+        (at most 5 s) for the shim to record the exit and go.
         """
         with self._lock:
             procs = self.processes()
@@ -189,25 +309,30 @@ class JobProcess:
                 end = time.monotonic() + grace_s
                 while procs and time.monotonic() < end:
                     time.sleep(0.1)  # each look scans the process table
-                    self.popen.poll()
                     procs = self.processes()
             for _ in range(10):
                 if not procs:
                     break
                 self._signal(signal.SIGKILL, procs)
-                self.popen.poll()
                 _wait_gone(procs, 1.0)
-                self.popen.poll()
                 procs = self.processes()
             if self.teardown:
                 _run_quietly(self.teardown)
-            try:
-                self.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                log.error("job shell %d did not end", self.pid)
+            self._wait_shim(5.0)
             if procs:
                 log.error("processes %s of the job survived SIGKILL", [p.pid for p in procs])
             return procs
+
+    def _wait_shim(self, timeout_s: float) -> None:
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.error("job shim %d did not end", self.shim_pid)
+            return
+        end = time.monotonic() + timeout_s
+        while self._shim_alive() and time.monotonic() < end:
+            time.sleep(0.02)
 
     def _signal(self, sig: int, procs: list[psutil.Process]) -> None:
         # killpg reaches members forked since the scan; only while the group
@@ -264,7 +389,7 @@ def supervise(
     and leaves the stopping to the caller.
     """
     while True:
-        if proc.poll() is not None:
+        if proc.poll() is not None or proc.lost:
             reason = "exit"
             break
         if drop.is_set():
@@ -279,8 +404,10 @@ def supervise(
             break
         cancel.wait(min(tick_s, max(0.0, deadline - now)))
     if reason == "dropped":  # the caller decides how hard to stop
-        return RunResult(reason=reason, exit_code=exit_status(proc.returncode))
+        return RunResult(reason=reason, exit_code=proc.exit_code)
+    if reason == "exit" and proc.stopped_by == "time_limit":  # the agent was frozen; the shim stopped it
+        reason = "time_limit"
     if reason != "exit":
         log.info("stopping pid %d (%s), grace %.0f s", proc.pid, reason, grace_s)
     proc.stop(grace_s)
-    return RunResult(reason=reason, exit_code=exit_status(proc.returncode))
+    return RunResult(reason=reason, exit_code=proc.exit_code)

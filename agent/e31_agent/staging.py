@@ -1,10 +1,17 @@
-"""Fetching a job's inputs (``spec.data``) into its job dir before the run.
+"""Fetching a job's inputs (``spec.data``) into the node's cache and its job dir.
 
 Sources: ``upload:<id>`` from the site (node token), and ``https://``,
-``http://``, ``s3://``, ``gs://``, ``file://`` through fsspec. Downloads are
-kept in a per-node cache keyed by checksum (when ``sha256`` is given) or by
-URL for ``upload:`` sources, which never change; other URLs without a
-checksum are fetched afresh each time since what they serve may change.
+``http://``, ``s3://``, ``gs://`` through fsspec; ``file://`` only under a
+directory the operator allowed (``--allow-file-root``). Downloads go into
+the node's :class:`~e31_agent.cache.InputCache` when the input has a key
+(its sha256, the URL with the source's version and size, or the upload
+id; see :func:`~e31_agent.cache.key_for`); a sha256 given in the spec is
+checked on the downloaded bytes, and a size the source announced too. An
+input already in the cache is put in the job dir at once (reflink, hard
+link or copy: :func:`~e31_agent.cache.link_or_copy`) and costs no
+download; :attr:`Stager.fetched` counts the bytes that were downloaded.
+
+:meth:`Stager.prefetch` fills the cache only (pre-staging a queued job).
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from .backoff import Backoff
+from .cache import FillAborted, InputCache, key_for, link_or_copy
 from .client import Aborted, ApiClient, ApiError
 from .extract import ExtractError, safe_extract
 from .models import DataItem
@@ -52,92 +60,141 @@ class _Source:
     name: str  # file name the source goes by (basename)
     size: int | None = None
     is_dir: bool = False
+    key: str | None = None  # cache key; None: not cacheable
 
 
 class Stager:
-    """Stages the inputs of one job into ``job_dir``.
+    """Stages the inputs of one job into ``job_dir`` (None: :meth:`prefetch` only).
 
     ``should_stop`` is polled between chunks; when it returns True staging
-    raises :class:`StagingAborted`. ``cache_dir`` None disables the cache.
+    raises :class:`StagingAborted`. ``cache`` None disables the cache.
+    ``file_roots``: directories ``file://`` sources may lie under (none: no
+    ``file://`` at all). ``hardlink_ok``: a cached file may be hard-linked
+    into the job dir (only when the job cannot write it).
     """
 
     def __init__(
         self,
         *,
         client: ApiClient | None,
-        job_dir: Path,
+        job_dir: Path | None,
         tmp_dir: Path,
-        cache_dir: Path | None,
+        cache: InputCache | None,
+        file_roots: tuple[Path, ...] | list[Path] = (),
+        hardlink_ok: bool = False,
         should_stop: Callable[[], bool] = lambda: False,
         progress: Progress | None = None,
     ) -> None:
         self.client = client
         self.job_dir = job_dir
         self.tmp_dir = tmp_dir
-        self.cache_dir = cache_dir
+        self.cache = cache
+        self.file_roots = tuple(Path(os.path.realpath(r)) for r in file_roots)
+        self.hardlink_ok = hardlink_ok
         self.should_stop = should_stop
         self.progress = progress or (lambda done, total: None)
-        self.done = 0
+        self.done = 0  # bytes staged so far, fetched or from the cache
+        self.fetched = 0  # of those, bytes downloaded
+        self.cached = 0  # of those, bytes already in the cache
+        self.total: int | None = None
 
     def stage(self, items: list[DataItem]) -> int:
-        """Stage every item in order; returns the bytes fetched or copied."""
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        if self.cache_dir:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-        sources = [self._describe(item) for item in items]
-        for source in sources:
-            self._check_stop()
-            try:
-                self._stage_one(source, sources)
-            except FileNotFoundError:
-                raise StagingError(f"{source.item.source}: not found") from None
-            except PermissionError as exc:
-                raise StagingError(f"{source.item.source}: permission denied: {exc}") from None
-            except ImportError as exc:
-                raise StagingError(
-                    f"{source.item.source}: needs a package on the agent: {exc}"
-                ) from None
+        """Stage every item in order into the job dir; returns the bytes staged."""
+        assert self.job_dir is not None, "stage() needs a job dir"
+        sources = self._plan(items)
+        keys = [s.key for s in sources if s.key]
+        with self.cache.pinned(keys) if self.cache else _nothing():
+            for source in sources:
+                self._check_stop()
+                with _errors(source):
+                    self._stage_one(source, sources)
         self.progress(self.done, self._total(sources))
         return self.done
 
+    def prefetch(self, items: list[DataItem]) -> tuple[int, int | None]:
+        """Download the cacheable items that are not cached yet into the cache (no job dir).
+
+        Returns (bytes in the cache now, bytes of every cacheable item or None
+        when a size is unknown). Items without a cache key are skipped.
+        """
+        if self.cache is None:
+            return 0, None
+        sources = [s for s in self._plan(items) if s.key and not s.is_dir]
+        with self.cache.pinned([s.key for s in sources if s.key]):
+            for source in sources:
+                self._check_stop()
+                with _errors(source):
+                    self._local(source, sources)
+        return self.done, self._total(sources)
+
     # -- planning ----------------------------------------------------------
 
+    def _plan(self, items: list[DataItem]) -> list[_Source]:
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        sources = []
+        for item in items:
+            with _errors(_Source(item, name="")):
+                sources.append(self._describe(item))
+        self.total = self._total(sources)
+        return sources
+
     def _describe(self, item: DataItem) -> _Source:
+        server = self.client.server if self.client is not None else ""
         if item.source.startswith("upload:"):
             upload_id = item.source.removeprefix("upload:")
             if not upload_id or "/" in upload_id:
                 raise StagingError(f"{item.source}: bad upload id")
             if self.client is None:
                 raise StagingError(f"{item.source}: no server to fetch uploads from")
-            return _Source(item, name=f"upload-{upload_id}")
-        scheme = urlparse(item.source).scheme
-        if scheme not in SCHEMES:
-            raise StagingError(
-                f"{item.source}: unsupported source (use upload:, https://, s3://, gs://)"
-            )
-        name = posixpath.basename(urlparse(item.source).path.rstrip("/")) or "download"
-        source = _Source(item, name=name)
-        cached = self._cached(item)
-        if cached is not None:  # no need to ask a source we will not read
-            source.size = cached.stat().st_size
+            source = _Source(item, name=f"upload-{upload_id}")
+            source.key = key_for(item.source, sha256=item.sha256, info=None, server=server)
+            self._size_from_cache(source)
             return source
+        parsed = urlparse(item.source)
+        if parsed.scheme not in SCHEMES:
+            raise StagingError(f"{item.source}: unsupported source (use upload:, https://, s3://, gs://)")
+        if parsed.scheme == "file":
+            self._check_file_root(item.source, unquote(parsed.path))
+        name = posixpath.basename(parsed.path.rstrip("/")) or "download"
+        source = _Source(item, name=name)
+        if item.sha256:
+            source.key = key_for(item.source, sha256=item.sha256, info=None)
+            if self._size_from_cache(source):
+                return source  # no need to ask a source we will not read
         try:
             fs, path = _filesystem(item.source)
             info = fs.info(path)
-            source.is_dir = info.get("type") == "directory"
-            source.size = None if source.is_dir else info.get("size")
         except ImportError as exc:
-            raise StagingError(
-                f"{item.source}: {scheme}:// needs a package on the agent: {exc}"
-            ) from None
+            raise StagingError(f"{item.source}: {parsed.scheme}:// needs a package on the agent: {exc}") from None
         except FileNotFoundError:
             raise StagingError(f"{item.source}: not found") from None
         except Exception as exc:  # size is only for progress; the fetch reports real errors
             log.debug("no size for %s: %s", item.source, exc)
+            return source
+        source.is_dir = info.get("type") == "directory"
+        source.size = None if source.is_dir else info.get("size")
+        if source.key is None and not source.is_dir:
+            source.key = key_for(item.source, sha256=None, info=info)
+            self._size_from_cache(source)
         return source
 
+    def _size_from_cache(self, source: _Source) -> bool:
+        if self.cache is None or source.key is None:
+            return False
+        hit = self.cache.get(source.key)
+        if hit is None:
+            return False
+        source.size = hit[1].size
+        return True
+
+    def _check_file_root(self, url: str, path: str) -> None:
+        real = os.path.realpath(path)
+        if not any(is_within(real, root) for root in self.file_roots):
+            raise StagingError(f"{url}: file:// is only allowed under the directories the node's operator allows")
+
     def _destination(self, source: _Source, name: str) -> Path:
-        """Where a non-extracted source lands; see the module docstring."""
+        """Where a non-extracted source lands; see docs/agent-protocol.md, "Inputs"."""
+        assert self.job_dir is not None
         target = source.item.target
         try:
             base = resolve_inside(self.job_dir, target) if target else self.job_dir
@@ -156,17 +213,16 @@ class Stager:
     # -- fetching ----------------------------------------------------------
 
     def _stage_one(self, source: _Source, sources: list[_Source]) -> None:
+        assert self.job_dir is not None
         item = source.item
         if source.is_dir:
             self._stage_dir(source, sources)
             return
-        local, name, owned = self._fetch(source, sources)
+        local, name, owned = self._local(source, sources)
         try:
             if item.extract:
                 try:
-                    dest = (
-                        resolve_inside(self.job_dir, item.target) if item.target else self.job_dir
-                    )
+                    dest = resolve_inside(self.job_dir, item.target) if item.target else self.job_dir
                 except UnsafePath as exc:
                     raise StagingError(f"{item.source}: target {exc}") from None
                 try:
@@ -177,45 +233,70 @@ class Stager:
                 dest = self._destination(source, name)
                 if dest.is_symlink() or dest.is_dir():
                     raise StagingError(f"{item.source}: target {item.target!r} is in the way")
+                dest.unlink(missing_ok=True)
                 if owned:
                     shutil.move(local, dest)
                 else:
-                    shutil.copyfile(local, dest)
+                    how = link_or_copy(local, dest, hardlink_ok=self.hardlink_ok)
+                    log.debug("%s: %s from the cache", item.source, how)
         finally:
             if owned and local.exists():
                 local.unlink()
 
-    def _fetch(self, source: _Source, sources: list[_Source]) -> tuple[Path, str, bool]:
+    def _local(self, source: _Source, sources: list[_Source]) -> tuple[Path, str, bool]:
         """A local copy of the source: (path, file name, whether the caller owns it).
 
-        A cache hit is returned as is (not owned); a fresh download is put in
-        the cache when it has a key, else handed over to the caller to move.
+        A cache hit is returned as is (not owned). A fresh download goes into
+        the cache when it has a key and fits, else it is handed to the caller.
+        Two threads wanting the same key download it once: the second waits.
         """
+        if self.cache is None or source.key is None:
+            tmp, name = self._fetch(source, sources)
+            return tmp, name, True
+        try:
+            return self._local_cached(source, sources, source.key)
+        except FillAborted:
+            raise StagingAborted() from None
+
+    def _local_cached(self, source: _Source, sources: list[_Source], key: str) -> tuple[Path, str, bool]:
+        assert self.cache is not None
+        hit = self.cache.get(key)
+        if hit is not None:
+            return self._hit(source, sources, hit, downloaded=False)
+        with self.cache.filling(key, should_stop=self.should_stop) as waited:
+            hit = self.cache.get(key)
+            if hit is not None:
+                # it was not there a moment ago: waiting for a pre-stage to download it counts as downloading
+                return self._hit(source, sources, hit, downloaded=waited)
+            tmp, name = self._fetch(source, sources)
+            kept = self.cache.add(key, tmp, name=name, sha256=source.item.sha256)
+            if kept is None:
+                return tmp, name, True
+            return kept, name, False
+
+    def _hit(self, source: _Source, sources: list[_Source], hit: tuple[Path, Any], *,
+             downloaded: bool) -> tuple[Path, str, bool]:
+        path, entry = hit
+        source.size = entry.size
+        self.done += entry.size
+        if downloaded:
+            self.fetched += entry.size
+        else:
+            self.cached += entry.size
+        self.progress(self.done, self._total(sources))
+        log.info("staging %s from the cache", source.item.source)
+        return path, entry.name or source.name, False
+
+    def _fetch(self, source: _Source, sources: list[_Source]) -> tuple[Path, str]:
+        """Download the source into a new file under ``tmp_dir``, with retries."""
         item = source.item
-        cached = self._cached(item, existing=False)
-        if cached and cached.exists():
-            name_file = cached.with_suffix(".name")
-            name = name_file.read_text() if name_file.exists() else source.name
-            source.size = cached.stat().st_size
-            self.done += source.size
-            self.progress(self.done, self._total(sources))
-            log.info("staging %s from the cache", item.source)
-            return cached, name, False
         backoff = Backoff()
         for attempt in range(1, TRIES + 1):
             tmp = self.tmp_dir / f"fetch-{uuid.uuid4().hex}"
-            start = self.done
+            start, start_fetched = self.done, self.fetched
             try:
-                name = self._download(source, tmp, sources)
-                break
-            except (
-                StagingError,
-                StagingAborted,
-                Aborted,
-                FileNotFoundError,
-                PermissionError,
-                ImportError,
-            ):
+                return tmp, self._download(source, tmp, sources)
+            except (StagingError, StagingAborted, Aborted, FileNotFoundError, PermissionError, ImportError):
                 tmp.unlink(missing_ok=True)
                 raise
             except ApiError as exc:
@@ -223,45 +304,46 @@ class Stager:
                 raise StagingError(f"{item.source}: {exc.detail} (HTTP {exc.status})") from None
             except Exception as exc:  # network trouble half way: try again from the start
                 tmp.unlink(missing_ok=True)
-                self.done = start
+                self.done, self.fetched = start, start_fetched
                 if attempt == TRIES:
                     raise StagingError(f"{item.source}: {exc}") from None
-                log.warning(
-                    "staging %s failed (%s), try %d of %d", item.source, exc, attempt, TRIES
-                )
+                log.warning("staging %s failed (%s), try %d of %d", item.source, exc, attempt, TRIES)
                 if self.should_stop():
                     raise StagingAborted() from None
                 time.sleep(backoff.next())
-        if cached:
-            os.replace(tmp, cached)
-            cached.with_suffix(".name").write_text(name)
-            return cached, name, False
-        return tmp, name, True
+        raise AssertionError("unreachable")
 
     def _download(self, source: _Source, tmp: Path, sources: list[_Source]) -> str:
-        """Copy the source into ``tmp`` with a running checksum; returns its file name."""
+        """Copy the source into ``tmp`` with a running checksum; returns its file name.
+
+        Raises :class:`StagingError` when the sha256 or the announced size differ.
+        """
         item = source.item
         digest = hashlib.sha256()
+        expected_size = source.size
+        written = 0
         if item.source.startswith("upload:"):
             assert self.client is not None
             upload_id = item.source.removeprefix("upload:")
             with self.client.open_upload(upload_id) as (response, filename):
                 name = _clean_name(filename) or source.name
                 length = response.headers.get("Content-Length")
-                source.size = int(length) if length and length.isdigit() else None
+                source.size = expected_size = int(length) if length and length.isdigit() else None
                 with open(tmp, "wb") as out:
                     for chunk in response.iter_bytes(CHUNK):
-                        self._write(out, chunk, digest, sources)
+                        written += self._write(out, chunk, digest, sources)
         else:
             fs, path = _filesystem(item.source)
             name = source.name
             with _open(fs, path) as src, open(tmp, "wb") as out:
                 while chunk := src.read(CHUNK):
-                    self._write(out, chunk, digest, sources)
+                    written += self._write(out, chunk, digest, sources)
         if item.sha256 and digest.hexdigest() != item.sha256:
             raise StagingError(
                 f"{item.source}: sha256 mismatch: expected {item.sha256}, got {digest.hexdigest()}"
             )
+        if source.key is not None and expected_size is not None and written != expected_size:
+            raise StagingError(f"{item.source}: got {written} bytes, the source announced {expected_size}")
         return name
 
     def _stage_dir(self, source: _Source, sources: list[_Source]) -> None:
@@ -282,33 +364,19 @@ class Stager:
                 while chunk := src.read(CHUNK):
                     self._write(out, chunk, None, sources)
 
-    def _write(self, out: IO[bytes], chunk: bytes, digest: Any, sources: list[_Source]) -> None:
+    def _write(self, out: IO[bytes], chunk: bytes, digest: Any, sources: list[_Source]) -> int:
         out.write(chunk)
         if digest is not None:
             digest.update(chunk)
         self.done += len(chunk)
+        self.fetched += len(chunk)
         self.progress(self.done, self._total(sources))
         self._check_stop()
+        return len(chunk)
 
     def _check_stop(self) -> None:
         if self.should_stop():
             raise StagingAborted()
-
-    def _cached(self, item: DataItem, *, existing: bool = True) -> Path | None:
-        """The item's cache path (only if the entry exists, unless ``existing`` is False)."""
-        key = self._cache_key(item)
-        if not (self.cache_dir and key):
-            return None
-        path = self.cache_dir / key
-        return path if (path.exists() or not existing) else None
-
-    def _cache_key(self, item: DataItem) -> str | None:
-        if item.sha256:
-            return f"sha256-{item.sha256}"
-        if item.source.startswith("upload:") and self.client is not None:
-            url = f"{self.client.server}|{item.source}"
-            return "upload-" + hashlib.sha256(url.encode()).hexdigest()[:40]
-        return None
 
     @staticmethod
     def _total(sources: list[_Source]) -> int | None:
@@ -316,6 +384,34 @@ class Stager:
         if any(size is None for size in sizes):
             return None
         return sum(size for size in sizes if size is not None)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _errors:
+    """Turns the OS errors of one input into a :class:`StagingError` naming it."""
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        what = self.source.item.source
+        if kind is None or not issubclass(kind, (FileNotFoundError, PermissionError, ImportError)):
+            return False
+        if issubclass(kind, FileNotFoundError):
+            raise StagingError(f"{what}: not found") from None
+        if issubclass(kind, PermissionError):
+            raise StagingError(f"{what}: permission denied: {exc}") from None
+        raise StagingError(f"{what}: needs a package on the agent: {exc}") from None
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

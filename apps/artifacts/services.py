@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import timedelta
 from typing import Any
 
-from django.core.files.base import ContentFile, File
+from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
 from .models import Bundle, BundlePart, Upload
+from .verify import BundleInvalid, TeeReader, verify_stream
 
 CHUNK_MAX_BYTES = 8 * 1024 * 1024
 
@@ -46,27 +48,52 @@ def upload_create(*, owner, name: str, fileobj: File) -> Upload:
     return upload
 
 
+def bundle_max_bytes() -> int:
+    """Largest archive accepted, bytes: ``E31_BUNDLE_MAX_BYTES`` (the cap on the files the agent packs)
+    plus room for tar headers and gzip framing on incompressible data (1 % + 1 MiB)."""
+    from django.conf import settings
+
+    cap = settings.E31_BUNDLE_MAX_BYTES
+    return cap + cap // 100 + (1 << 20)
+
+
 def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
     """The bundle row of one node (rank) of the attempt, created on first use."""
     bundle, _ = Bundle.objects.get_or_create(job=job, attempt=attempt, rank=rank)
     return bundle
 
 
+def _partial_name(job, attempt: int, rank: int) -> str:
+    """Storage name of the archive being received (chunks are written into it at their offsets)."""
+    return f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz.partial"
+
+
 @transaction.atomic
 def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: bytes, sha256: str) -> int:
     """Keep one verified chunk of the attempt's bundle at ``offset``.
 
+    The chunk is written into one partial file at its offset (the file cut
+    back to ``offset`` first, so a chunk whose commit was lost is simply
+    written again) and recorded as a :class:`BundlePart` (offset, size,
+    sha256), so a repeated chunk is recognised. One file instead of a file
+    per chunk saves joining them at ``complete`` (``benchmarks/bundle_throughput.py``).
+    Needs a local-filesystem storage (``default_storage.path``).
+
     Returns the bytes received so far.
 
     Raises:
-        ChunkError: checksum mismatch, chunk too large, bundle already
-            complete, or ``offset`` is not where the upload stands (conflict).
+        ChunkError: checksum mismatch, chunk too large, bundle over the size
+            cap or already complete, or ``offset`` is not where the upload
+            stands (conflict).
     """
     bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
     if bundle.completed_at:
         raise ChunkError("bundle already complete", bundle.received_bytes, conflict=True)
     if len(data) > CHUNK_MAX_BYTES:
         raise ChunkError(f"chunk is {len(data)} bytes; at most {CHUNK_MAX_BYTES}", bundle.received_bytes)
+    if offset + len(data) > bundle_max_bytes():
+        raise ChunkError(f"the bundle would exceed the site's limit of {bundle_max_bytes()} bytes",
+                         bundle.received_bytes)
     if hashlib.sha256(data).hexdigest() != (sha256 or "").lower():
         raise ChunkError("chunk checksum does not match X-Content-Sha256", bundle.received_bytes)
     if offset != bundle.received_bytes:
@@ -75,7 +102,18 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
             return bundle.received_bytes  # a repeated chunk: already kept
         raise ChunkError(f"offset {offset}, but {bundle.received_bytes} bytes are received",
                          bundle.received_bytes, conflict=True)
-    name = default_storage.save(f"bundles/{job.pk}/{attempt}/{rank}/parts/{offset:015d}", ContentFile(data))
+    name = _partial_name(job, attempt, rank)
+    path = default_storage.path(name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, offset)
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            written += os.pwrite(fd, view[written:], offset + written)
+    finally:
+        os.close(fd)
     BundlePart.objects.create(bundle=bundle, offset=offset, size_bytes=len(data), sha256=sha256.lower(), file=name)
     bundle.received_bytes += len(data)
     bundle.save(update_fields=["received_bytes"])
@@ -85,12 +123,18 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
 @transaction.atomic
 def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256: str,
                     files: list[dict[str, Any]], retention_days: int) -> Bundle:
-    """Join the parts into ``bundle.tar.gz``, verify size and sha256, keep the manifest.
+    """Verify the received archive whole, then keep it as ``bundle.tar.gz``.
 
-    Idempotent: completing a complete bundle with the same checksum is a no-op.
+    In one read of the archive (:mod:`.verify`): its size and sha256 against
+    the claim, and every file against the manifest ``files`` (each member a
+    regular file with a safe name, listed once, its size and sha256 as
+    listed; every listed file present). Only a bundle that passes is kept;
+    the agent sends ``finished`` (and the job is released) only after this
+    answers 200. Idempotent: completing a complete bundle with the same
+    checksum is a no-op.
 
     Raises:
-        ChunkError: size or checksum of the joined archive differ from the claim.
+        ChunkError: size, checksum or manifest differ (the message says which file).
     """
     bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
     if bundle.completed_at:
@@ -99,16 +143,22 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
         raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
     if bundle.received_bytes != size_bytes:
         raise ChunkError(f"{bundle.received_bytes} bytes received, {size_bytes} announced", bundle.received_bytes)
-    digest = hashlib.sha256()
-    parts = list(bundle.parts.order_by("offset"))
-    with _Joined(parts, digest) as joined:
-        name = default_storage.save(f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz",
-                                    File(joined, name="bundle.tar.gz"))
-    if digest.hexdigest() != sha256.lower():
-        default_storage.delete(name)
-        raise ChunkError("bundle checksum does not match its parts", bundle.received_bytes)
-    for part in parts:
-        default_storage.delete(part.file.name)
+    partial = default_storage.path(_partial_name(job, attempt, rank))
+    if not os.path.exists(partial):
+        raise ChunkError("no bytes of the bundle were received", bundle.received_bytes)
+    with open(partial, "rb") as fh:
+        reader = TeeReader(_Limited(fh, size_bytes))
+        try:
+            verify_stream(reader, files)
+            problem = None
+        except BundleInvalid as exc:
+            problem = f"bundle does not match its manifest: {exc}"
+    if reader.digest.hexdigest() != sha256.lower() or reader.size != size_bytes:
+        problem = "bundle checksum does not match its parts"
+    if problem:
+        raise ChunkError(problem, bundle.received_bytes)
+    name = f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz"
+    os.replace(partial, default_storage.path(name))
     bundle.parts.all().delete()
     bundle.file.name = name
     bundle.size_bytes, bundle.sha256, bundle.files = size_bytes, sha256.lower(), files
@@ -118,38 +168,19 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
     return bundle
 
 
-class _Joined:
-    """A read-only file-like view over the parts in order, hashing as it is read."""
+class _Limited:
+    """At most ``size`` bytes of ``raw`` (what was received, never more)."""
 
-    def __init__(self, parts: list[BundlePart], digest: Any):
-        self._parts = iter(parts)
-        self._current = None
-        self._digest = digest
-        self.size = sum(p.size_bytes for p in parts)
-
-    def __enter__(self) -> _Joined:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._current:
-            self._current.close()
+    def __init__(self, raw: Any, size: int):
+        self.raw = raw
+        self.left = size
 
     def read(self, n: int = -1) -> bytes:
-        out = bytearray()
-        while n < 0 or len(out) < n:
-            if self._current is None:
-                part = next(self._parts, None)
-                if part is None:
-                    break
-                self._current = default_storage.open(part.file.name, "rb")
-            data = self._current.read(-1 if n < 0 else n - len(out))
-            if not data:
-                self._current.close()
-                self._current = None
-                continue
-            out += data
-        self._digest.update(out)
-        return bytes(out)
+        if self.left <= 0:
+            return b""
+        data = self.raw.read(self.left if n < 0 else min(n, self.left))
+        self.left -= len(data)
+        return data
 
 
 def bundles_latest(job) -> list[Bundle]:

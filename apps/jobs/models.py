@@ -48,6 +48,9 @@ class Job(models.Model):
 
     staging_bytes_done = models.BigIntegerField(default=0)
     staging_bytes_total = models.BigIntegerField(null=True, blank=True)
+    staging_rate_bps = models.FloatField(null=True, blank=True,
+                                         help_text="Bytes per second between the last two staging reports.")
+    staging_updated_at = models.DateTimeField(null=True, blank=True, help_text="Last staging report (server clock).")
     log_size = models.BigIntegerField(default=0, help_text="Bytes of log kept for this attempt.")
     log_truncated = models.BooleanField(default=False)
     event_seq = models.PositiveIntegerField(default=0, help_text="Seq of the last event (a version).")
@@ -78,6 +81,49 @@ class Job(models.Model):
     @property
     def is_cancellable(self) -> bool:
         return self.state != JobState.RELEASED and self.cancel_requested_at is None
+
+    @property
+    def staging_progress(self):
+        """Staging (rented) or pre-staging (queued) progress for the job page and API, or None.
+
+        A :class:`apps.jobs.prestage.StagingProgress`; reads the job's pre-stage rows while queued.
+        """
+        from .prestage import staging_progress
+
+        return staging_progress(self)
+
+
+class JobPrestage(models.Model):
+    """A queued job's inputs fetched ahead into the cache of the node its reservation plans
+    for it, with the meter off (issue 4, item 7). One row per planned node (rank order).
+
+    The scheduling cycle keeps the rows equal to its reservations (:func:`apps.jobs.prestage.prestage_plan`);
+    the node's agent gets them in its work answer and reports progress in bytes.
+    """
+
+    class State(models.TextChoices):
+        PLANNED = "planned", "planned"
+        FETCHING = "fetching", "fetching"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="prestages")
+    node = models.ForeignKey("pool.Node", on_delete=models.CASCADE, related_name="prestages")
+    node_rank = models.PositiveIntegerField(default=0)
+    planned_at = models.DateTimeField()
+    offered_at = models.DateTimeField(null=True, blank=True, help_text="First handed to the agent in a work answer.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PLANNED)
+    bytes_done = models.BigIntegerField(default=0)
+    bytes_total = models.BigIntegerField(null=True, blank=True)
+    message = models.CharField(max_length=300, blank=True, default="")
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="Last progress report (server clock).")
+
+    class Meta:
+        ordering = ["job", "node_rank"]
+        constraints = [models.UniqueConstraint(fields=["job", "node"], name="job_prestage_job_node_unique")]
+
+    def __str__(self) -> str:
+        return f"pre-stage of job {self.job_id} on node {self.node_id}: {self.state}"
 
 
 class JobEvent(models.Model):
@@ -128,6 +174,8 @@ class AgentReport(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="agent_reports")
     attempt = models.PositiveIntegerField()
+    node_rank = models.PositiveIntegerField(default=0, help_text="Rank of the node that sent it: each rank of a "
+                                                                 "multi-node job numbers its reports from 1.")
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=32)
     received_at = models.DateTimeField()
@@ -135,7 +183,7 @@ class AgentReport(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="agent_report_seq_unique")
+            models.UniqueConstraint(fields=["job", "attempt", "node_rank", "seq"], name="agent_report_seq_unique")
         ]
 
     def __str__(self) -> str:

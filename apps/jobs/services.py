@@ -6,6 +6,7 @@ a job any other way.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
+from apps.metering.limits import spend_limit_enforce
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
 from apps.metering.usage import usage_record
@@ -23,6 +25,7 @@ from apps.pool.models import Node
 from apps.pool.notify import node_wake
 from apps.pool.scheduling import job_request, pool_refusal
 
+from . import live
 from .choices import EndReason, JobState, Outcome
 from .models import AgentReport, Job, JobEvent, LogChunk
 from .spec import JobSpec, SpecError, parse_spec
@@ -100,17 +103,21 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     matching GPUs are free.
 
     Raises:
-        SpecError: the spec is invalid or no known node could ever hold it.
+        SpecError: the spec is invalid, no known node could ever hold it, or its
+            worst case exceeds what is left of the owner's monthly spend limit.
     """
     spec = spec_validate(document, owner=owner, attachments=attachments)
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     with transaction.atomic():
+        spend_limit_enforce(owner=owner, compute=spec.compute.model_dump(mode="json"))  # SpecError if over
         job = _unsaved_job(spec, owner)
         job.max_attempts = settings.E31_MAX_ATTEMPTS
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()
         JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
+        live.job_changed(job.pk)  # a new row on the owner's live "My jobs"
+        live.pool_changed()  # one more job waiting
         from apps.pool.tasks import enqueue_schedule_cycle
 
         enqueue_schedule_cycle()
@@ -169,8 +176,8 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
         job = Job.objects.select_for_update().get(pk=job_id)
         try:
             with transaction.atomic():
-                AgentReport.objects.create(job=job, attempt=attempt, seq=report["seq"], type=kind,
-                                           received_at=now, payload=report)
+                AgentReport.objects.create(job=job, attempt=attempt, node_rank=lease.node_rank, seq=report["seq"],
+                                           type=kind, received_at=now, payload=report)
         except IntegrityError:
             return False
         handler = _HANDLERS[kind]
@@ -183,13 +190,34 @@ def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
 
 
 def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    done = max(0, int(report.get("bytes_done") or 0))
+    rate = job.staging_rate_bps
+    if job.staging_updated_at and done > job.staging_bytes_done:
+        elapsed = (now - job.staging_updated_at).total_seconds()
+        rate = (done - job.staging_bytes_done) / elapsed if elapsed > 0 else rate
     Job.objects.filter(pk=job.pk).update(
-        staging_bytes_done=max(0, int(report.get("bytes_done") or 0)),
-        staging_bytes_total=report.get("bytes_total"),
-        status_message=str(report.get("message") or "staging inputs")[:500])
+        staging_bytes_done=done, staging_bytes_total=report.get("bytes_total"), staging_rate_bps=rate,
+        staging_updated_at=now, status_message=str(report.get("message") or "staging inputs")[:500])
+    # An older agent sends no bytes_fetched: then every byte counts as downloaded.
+    fetched = report.get("bytes_fetched", done if "bytes_cached" not in report else 0)
+    if fetched:
+        _staging_seconds_set(lease, now)
+    live.job_changed(job.pk)  # staging progress on the job page, after commit
+
+
+def _staging_seconds_set(lease: Lease, now: datetime) -> None:
+    """``Lease.staging_seconds``: whole seconds (ceil, server clock) from the accept to ``now``,
+    for a lease that downloaded inputs on the meter; capped by the time limit. Pre-staged inputs
+    (all in the node's cache at rent) leave it 0."""
+    start = lease.accepted_at or lease.rented_at
+    seconds = min(lease.time_limit_s, max(1, math.ceil((now - start).total_seconds())))
+    Lease.objects.filter(pk=lease.pk).update(staging_seconds=seconds)
+    lease.staging_seconds = seconds
 
 
 def _on_running(job: Job, lease: Lease, report: dict, now: datetime) -> None:
+    if lease.staging_seconds:  # it downloaded inputs: staging lasted until now
+        _staging_seconds_set(lease, now)
     if job.state == JobState.RENTED:  # one rank of a multi-node job is enough
         transition(job, JobState.RUNNING, detail=f"command started on {lease.node.name}", now=now,
                    status_message="running")
@@ -199,6 +227,8 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     reason = report.get("reason") or EndReason.EXIT
     exit_code = report.get("exit_code")
     leases_stop(job=job, attempt=job.attempt, end=now, reason=reason)
+    for other in job.leases.filter(attempt=job.attempt, released_at__isnull=True).exclude(pk=lease.pk):
+        node_wake(other.node_id)  # a gang ends as one: the other ranks are told to stop (gang_stops_for)
     if job.state in (JobState.RENTED, JobState.RUNNING):
         if job.cancel_requested_at and reason == EndReason.EXIT:
             reason = EndReason.CANCELLED
@@ -219,6 +249,8 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if job.state == JobState.RUNNING or job.state == JobState.RENTED:
         # finished without exited (agent bug or older agent): stop the meter now
         _on_exited(job, lease, {"reason": EndReason.EXIT, "exit_code": report.get("exit_code")}, now)
+    if job.nodes > 1 and not _every_rank_finished(job):
+        return  # the other ranks are still packing and uploading their bundles
     leases_release(job=job, attempt=job.attempt, now=now)
     if job.state != JobState.OUTPUT:
         return
@@ -232,13 +264,38 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if outcome is None:
         outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
     lost_output = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")
-                   if r.payload.get("message", "").startswith("bundle upload failed")]
+                   if r.payload.get("message", "").startswith(("bundle upload failed", "packing outputs failed"))]
     if lost_output and outcome == Outcome.SUCCEEDED:
         outcome = Outcome.FAILED  # the command worked but its declared outputs did not come back
     transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
                + (f" ({lost_output[0][:200]})" if lost_output else ""), now=now,
                outcome=outcome, status_message=lost_output[0][:500] if lost_output else "")
     _record_usage(job, now)
+
+
+def _every_rank_finished(job: Job) -> bool:
+    """True once every rank of the attempt sent ``finished`` (or its lease ended otherwise)."""
+    open_ranks = set(job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_rank",
+                                                                                                 flat=True))
+    done = set(job.agent_reports.filter(attempt=job.attempt, type="finished").values_list("node_rank", flat=True))
+    return open_ranks <= done
+
+
+def gang_stops_for(node: Node) -> list[dict[str, int]]:
+    """Attempts of multi-node jobs that ``node`` must stop: the run ended on another rank (it
+    failed, exited or was cancelled: the gang ends as one, SPEC §3), this node's agent has not
+    reported its own ``exited`` yet. Shape: ``[{"job_id", "attempt"}]``, merged into the
+    ``cancel`` list of the work and heartbeat answers.
+    """
+    stops = []
+    for lease in Lease.objects.filter(node=node, released_at__isnull=True, run_ended_at__isnull=False,
+                                      accepted_at__isnull=False, job__nodes__gt=1).select_related("job"):
+        if lease.attempt != lease.job.attempt:
+            continue
+        if not AgentReport.objects.filter(job_id=lease.job_id, attempt=lease.attempt, node_rank=lease.node_rank,
+                                          type="exited").exists():
+            stops.append({"job_id": lease.job_id, "attempt": lease.attempt})
+    return stops
 
 
 def _record_usage(job: Job, now: datetime) -> None:
@@ -284,6 +341,7 @@ def log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: byte
             data = data[:room] + b"\n[log cut: this job wrote more than the site keeps]\n"
         LogChunk.objects.create(job=job, attempt=attempt, offset=size, data=data)
         Job.objects.filter(pk=job.pk).update(log_size=size + len(data), log_truncated=truncated)
+        live.log_chunk_added(job.pk, attempt=attempt, offset=size, data=data, log_size=size + len(data))
         return size + len(data)
 
 

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from . import live
 from .choices import ALLOWED_MOVES, STAMP_FIELD, JobState
 from .models import Job, JobEvent
 
@@ -25,11 +26,13 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
     """Append one event to ``job``'s timeline and bump its version.
 
     The ``event_seq`` increment is an UPDATE ... SET seq = seq + 1 so two
-    processes adding events at once never take the same seq.
+    processes adding events at once never take the same seq. After commit,
+    the job's live pages get the change (:mod:`apps.jobs.live`).
     """
     at = at or timezone.now()
     Job.objects.filter(pk=job.pk).update(event_seq=F("event_seq") + 1)
     job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
+    live.job_changed(job.pk)  # pushed after commit, once per transaction
     return JobEvent.objects.create(job=job, seq=job.event_seq, at=at, from_state=from_state,
                                    to_state=to_state, detail=detail[:500])
 
@@ -70,14 +73,19 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     for key, value in values.items():
         setattr(job, key, value)
     event_add(job, detail=detail, from_state=src, to_state=to, at=now)
+    if JobState.QUEUED in (src, to) or to == JobState.RELEASED:
+        live.pool_changed()  # GPUs taken or given back, or the queue length changed
     transaction.on_commit(lambda: _after_commit(job.pk, src, to))
     return job
 
 
 def _after_commit(job_id: int, src: str, to: str) -> None:
     """Hooks that run once a state change is durable."""
+    from apps.notices.tasks import enqueue_release_email
     from apps.pool.tasks import enqueue_schedule_cycle
 
     if to in (JobState.QUEUED, JobState.RELEASED):
         # A job joins the queue or GPUs come back: the plan may change.
         enqueue_schedule_cycle()
+    if to == JobState.RELEASED:
+        enqueue_release_email(job_id)

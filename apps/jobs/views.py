@@ -6,33 +6,28 @@ answers 404. Every page works by plain reload, without JavaScript.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from apps.artifacts.http import serve_file
-from apps.artifacts.services import bundle_latest, bundles_latest
-from apps.metering.display import rate_text
-from apps.metering.selectors import job_money, price_estimate, rate_table
+from apps.artifacts.services import bundle_latest
+from apps.metering.selectors import price_estimate, rate_table
 
 from .choices import JobState
 from .examples import example_files, example_names
 from .forms import JobForm, new_job_form
+from .fragments import job_page_context, list_row_context, stamp_ms
 from .models import Job
 from .selectors import jobs_of
 from .services import job_cancel, log_read
-from .spec import SpecError, format_duration, spec_to_yaml
+from .spec import SpecError, spec_to_yaml
 
 JOBS_PER_PAGE = 50
-LOG_TAIL_BYTES = 64 * 1024
 
 
 def _own_job(request: HttpRequest, pk: int) -> Job:
@@ -55,9 +50,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     else:
         state = ""
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
-    now = timezone.now()
+    stamp = stamp_ms()
     for job in page:
-        job.money = job_money(job.leases.all(), now)
+        job.version = list_row_context(job, stamp=stamp)["version"]
     return render(request, "jobs/list.html", {
         "section": "jobs", "page": page, "state": state, "states": JobState.choices,
         "examples": example_names(),
@@ -107,16 +102,8 @@ def job_estimate(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
     job = _own_job(request, pk)
-    leases = list(job.leases.select_related("node").order_by("attempt", "node_rank"))
-    for lease in leases:
-        lease.rate = rate_text(lease.rate_per_gpu_hour)
-    tail, tail_cut = _log_tail(job)
     return render(request, "jobs/detail.html", {
-        "section": "jobs", "job": job, "events": job.events.all(), "leases": leases,
-        "money": job_money(leases, timezone.now()), "steps": _steps(job),
-        "time_limit": format_duration(job.time_limit_s),
-        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
-        "spec_yaml": spec_to_yaml(job.spec),
+        "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
     })
 
 
@@ -175,46 +162,3 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         resp["HX-Redirect"] = job.get_absolute_url()
         return resp
     return redirect(job)
-
-
-# --- helpers -------------------------------------------------------------
-@dataclass(frozen=True)
-class Step:
-    """One of the five steps on the job page: its name, when it happened, and where the job is."""
-
-    label: str
-    at: datetime | None
-    status: str  # "done", "current", "todo", or "skipped" (a released job never got there)
-
-
-# (label, the job's time stamp, the state that step is current in)
-STEP_FIELDS = (
-    ("Submitted", "submitted_at", JobState.QUEUED),
-    ("Rented", "rented_at", JobState.RENTED),
-    ("Run started", "run_started_at", JobState.RUNNING),
-    ("Run ended", "run_ended_at", JobState.OUTPUT),
-    ("Released", "released_at", JobState.RELEASED),
-)
-
-
-def _steps(job: Job) -> list[Step]:
-    steps = []
-    for label, field, state in STEP_FIELDS:
-        at = getattr(job, field)
-        if job.state == state and state != JobState.RELEASED:
-            status = "current"
-        elif at:
-            status = "done"
-        else:
-            status = "skipped" if job.state == JobState.RELEASED else "todo"
-        steps.append(Step(label, at, status))
-    return steps
-
-
-def _log_tail(job: Job) -> tuple[str, bool]:
-    """The last ~64 KB of the current attempt's log as text, and whether earlier bytes were cut."""
-    offset = max(0, job.log_size - LOG_TAIL_BYTES)
-    text = log_read(job, offset, limit=LOG_TAIL_BYTES).decode("utf-8", errors="replace")
-    if offset:
-        text = text.partition("\n")[2]  # start at a whole line
-    return text, offset > 0

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import AccountUsage, GpuRate, Lease, LeaseGpu, SchedulerCycle
+from .models import AccountProfile, AccountUsage, GpuRate, Lease, LeaseGpu, NodeDowntime, SchedulerCycle
 
 
 @admin.register(GpuRate)
@@ -45,6 +45,27 @@ class SchedulerCycleAdmin(admin.ModelAdmin):
     @admin.display(description="cycle time (ms)", ordering="seconds")
     def milliseconds(self, obj: SchedulerCycle) -> str:
         return f"{obj.seconds * 1000:.1f}"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(AccountProfile)
+class AccountProfileAdmin(admin.ModelAdmin):
+    """Per account: time zone and monthly spend limit (USD per calendar month of that zone)."""
+
+    list_display = ["owner", "time_zone", "monthly_spend_limit"]
+    search_fields = ["owner__username"]
+    autocomplete_fields = ["owner"]
+
+
+@admin.register(NodeDowntime)
+class NodeDowntimeAdmin(admin.ModelAdmin):
+    """Spans a node was down (recorded by the pool's loss check), for the operator report."""
+
+    list_display = ["node", "down_at", "up_at", "gpus"]
+    list_filter = ["node"]
+    readonly_fields = ["node", "down_at", "up_at", "gpus"]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -39,3 +39,28 @@ def cost(seconds: int, gpu_count: int, rate_per_gpu_hour: Decimal) -> Decimal:
 def worst_case_cost(time_limit_s: int, gpus: int, rate_per_gpu_hour: Decimal) -> Decimal:
     """Most a job can cost: its whole time limit on all its GPUs."""
     return cost(time_limit_s, gpus, rate_per_gpu_hour)
+
+
+CENT = Decimal("0.01")
+
+
+def cents_split(amounts: list[Decimal]) -> tuple[list[Decimal], Decimal]:
+    """Show a statement to the cent so its lines add up to its total, exactly.
+
+    The total is rounded once (half up) from the exact sum of ``amounts``
+    (each kept to 6 places, none negative); each line gets its amount rounded
+    down to the cent, and the cents left over go one each to the lines with
+    the largest remainders (Hamilton's largest-remainder method), ties to the
+    earlier line. So no line is off by a cent or more, and
+    ``sum(lines) == total`` holds for what the page prints.
+
+    Returns:
+        (line amounts to the cent, total to the cent).
+    """
+    total = sum(amounts, Decimal(0)).quantize(CENT, rounding=ROUND_HALF_UP)
+    floors = [a.quantize(CENT, rounding="ROUND_FLOOR") for a in amounts]
+    left = int((total - sum(floors, Decimal(0))) / CENT)
+    order = sorted(range(len(amounts)), key=lambda i: (-(amounts[i] - floors[i]), i))
+    for i in order[:max(0, left)]:
+        floors[i] += CENT
+    return floors, total

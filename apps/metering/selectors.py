@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -20,11 +19,21 @@ from .billing import billed_seconds, cost, worst_case_cost
 from .display import rate_text
 from .models import Lease
 from .rates import FALLBACK_RATE, current_rates
+from .statements import Day, Statement, by_day, statement_of
+
+LINE_FIELDS = ("job__name", "job__attempt", "job__state", "job__outcome", "job__owner_id", "node__name")
+
+
+def with_line_fields(leases: QuerySet[Lease]) -> QuerySet[Lease]:
+    """``leases`` with what a statement line shows of their job and node, newest first (the job's
+    spec, a large JSON document, is not read)."""
+    lease_fields = [f.name for f in Lease._meta.concrete_fields]
+    return leases.select_related("job", "node").only(*lease_fields, *LINE_FIELDS).order_by("-rented_at", "-id")
 
 
 def usage_leases(*, user, start: datetime | None = None, end: datetime | None = None) -> QuerySet[Lease]:
     """The user's leases rented in ``[start, end)``, newest first, with job and node."""
-    qs = Lease.objects.filter(job__owner=user).select_related("job", "node")
+    qs = with_line_fields(Lease.objects.filter(job__owner=user))
     if start:
         qs = qs.filter(rented_at__gte=start)
     if end:
@@ -32,26 +41,10 @@ def usage_leases(*, user, start: datetime | None = None, end: datetime | None = 
     return qs.order_by("-rented_at", "-id")
 
 
-@dataclass(frozen=True)
-class UsageTotals:
-    leases: int
-    gpu_hours_billed: Decimal
-    billed_seconds: int
-    cost: Decimal
-
-
-def usage_totals(leases) -> UsageTotals:
-    """Totals over charged leases: count, billed GPU-hours, billed seconds, cost (6 places)."""
-    billed = gpu_s = 0
-    cost = Decimal(0)
-    count = 0
-    for lease in leases:
-        count += 1
-        if lease.charged and lease.billed_seconds is not None:
-            billed += lease.billed_seconds
-            gpu_s += lease.billed_seconds * lease.gpu_count
-            cost += lease.cost or Decimal(0)
-    return UsageTotals(count, (Decimal(gpu_s) / Decimal(3600)).quantize(Decimal("0.0001")), billed, cost)
+def usage_totals(leases, now: datetime | None = None) -> Statement:
+    """The statement of ``leases``: lines and totals over charged leases (count, billed
+    GPU-hours, billed seconds, cost to 6 places and to the cent); running leases priced to ``now``."""
+    return statement_of(leases, now or timezone.now())
 
 
 def lease_held_seconds(lease: Lease, now: datetime | None = None) -> float:
@@ -65,31 +58,31 @@ CSV_COLUMNS = ["lease_id", "job_id", "job_name", "attempt", "node", "gpu_model",
                "rate_per_gpu_hour", "cost", "charged", "end_reason", "outcome"]
 
 
-def lease_outcome(lease: Lease) -> str:
-    """The outcome to show for a lease: its job's, or how it ended if the job was retried."""
-    if lease.attempt != lease.job.attempt:
-        return lease.end_reason or "retried"
-    return lease.job.outcome or lease.job.state
-
-
-def usage_records(leases, tz) -> list[dict]:
+def usage_records(leases, tz, now: datetime | None = None) -> list[dict]:
     """One typed record per lease (keys ``CSV_COLUMNS``): ints, booleans, decimals as
-    strings, times ISO 8601 with the offset of ``tz`` (None when not yet)."""
+    strings, times ISO 8601 with the offset of ``tz`` (None when not yet).
+
+    A running lease (``outcome`` ``running``) has its billed seconds and cost so far.
+    Accepts leases or a :class:`~apps.metering.statements.Statement`.
+    """
+    statement = leases if isinstance(leases, Statement) else statement_of(leases, now or timezone.now())
+
     def iso(value: datetime | None) -> str | None:
         return value.astimezone(tz).isoformat() if value else None
 
     return [{
-        "lease_id": lease.pk, "job_id": lease.job_id, "job_name": lease.job.name, "attempt": lease.attempt,
-        "node": lease.node.name, "gpu_model": lease.gpu_model, "gpu_count": lease.gpu_count,
-        "rented_at": iso(lease.rented_at), "run_ended_at": iso(lease.run_ended_at),
-        "released_at": iso(lease.released_at), "held_seconds": round(lease_held_seconds(lease)),
-        "billed_seconds": lease.billed_seconds, "rate_per_gpu_hour": str(lease.rate_per_gpu_hour),
-        "cost": None if lease.cost is None else str(lease.cost), "charged": lease.charged,
-        "end_reason": lease.end_reason, "outcome": lease_outcome(lease),
-    } for lease in leases]
+        "lease_id": line.lease.pk, "job_id": line.lease.job_id, "job_name": line.lease.job.name,
+        "attempt": line.lease.attempt, "node": line.lease.node.name, "gpu_model": line.lease.gpu_model,
+        "gpu_count": line.lease.gpu_count, "rented_at": iso(line.lease.rented_at),
+        "run_ended_at": iso(line.lease.run_ended_at), "released_at": iso(line.lease.released_at),
+        "held_seconds": line.held_seconds, "billed_seconds": line.billed_seconds,
+        "rate_per_gpu_hour": str(line.lease.rate_per_gpu_hour),
+        "cost": None if line.cost is None else str(line.cost), "charged": line.lease.charged,
+        "end_reason": line.lease.end_reason, "outcome": line.outcome,
+    } for line in statement.lines]
 
 
-def usage_rows(leases, tz) -> list[list[str]]:
+def usage_rows(leases, tz, now: datetime | None = None) -> list[list[str]]:
     """CSV rows (``CSV_COLUMNS`` order) of :func:`usage_records`; empty cells for None."""
     def cell(value: object) -> str:
         if value is None:
@@ -98,7 +91,7 @@ def usage_rows(leases, tz) -> list[list[str]]:
             return "yes" if value else "no"
         return str(value)
 
-    return [[cell(record[key]) for key in CSV_COLUMNS] for record in usage_records(leases, tz)]
+    return [[cell(record[key]) for key in CSV_COLUMNS] for record in usage_records(leases, tz, now)]
 
 
 @dataclass(frozen=True)
@@ -132,28 +125,10 @@ def job_money(leases, now: datetime) -> Money:
 
 
 # --- GPU-hours by day (the usage page's chart) ------------------------------
-CHART_DAYS_MAX = 60
-
-
-@dataclass(frozen=True)
-class DayBar:
-    day: date
-    gpu_hours: Decimal
-    percent: int
-
-
-def gpu_hours_by_day(leases, tz) -> list[DayBar]:
-    """Billed GPU-hours of charged leases per day of ``rented_at`` in ``tz``, newest last,
-    at most the last 60 days that have any; ``percent`` of the largest day, for a bar."""
-    hours: dict[date, Decimal] = defaultdict(Decimal)
-    for lease in leases:
-        if lease.charged and lease.billed_seconds:
-            day = lease.rented_at.astimezone(tz).date()
-            hours[day] += Decimal(lease.billed_seconds * lease.gpu_count) / 3600
-    days = sorted(hours)[-CHART_DAYS_MAX:]
-    top = max((hours[d] for d in days), default=Decimal(0))
-    return [DayBar(d, hours[d].quantize(Decimal("0.01")), round(100 * hours[d] / top) if top else 0)
-            for d in days]
+def gpu_hours_by_day(leases, tz, now: datetime | None = None) -> list[Day]:
+    """Billed GPU-hours and cost of charged leases per local day of ``tz``, oldest first, each
+    lease counted in each day by its overlap; see :func:`apps.metering.statements.by_day`."""
+    return by_day(statement_of(leases, now or timezone.now()), tz)
 
 
 # --- rates and the price estimate (the new-job form) ------------------------

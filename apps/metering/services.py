@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.pool.models import Gpu, Node
@@ -93,3 +93,32 @@ def leases_end_lost(*, node: Node, at: datetime, job_ids: set[int] | None = None
         LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
         ended.append(lease)
     return ended
+
+
+def node_down_record(*, node: Node, at: datetime) -> None:
+    """Record that ``node`` went down at ``at`` (its last heartbeat), with its GPUs by model.
+
+    Idempotent: a node already recorded down keeps its first span (the
+    partial unique constraint ``one_open_downtime_per_node`` backs this).
+    """
+    from django.db.models import Count
+
+    from .models import NodeDowntime
+
+    if NodeDowntime.objects.filter(node=node, up_at__isnull=True).exists():
+        return
+    gpus = dict(node.gpus.filter(present=True).values_list("model").annotate(n=Count("id")))
+    try:
+        with transaction.atomic():
+            NodeDowntime.objects.create(node=node, down_at=at, gpus=gpus)
+    except IntegrityError:  # another pass recorded it meanwhile
+        pass
+
+
+def node_up_record(*, node: Node, at: datetime) -> None:
+    """Close ``node``'s open down span at ``at`` (it registered again); nothing if none is open."""
+    from .models import NodeDowntime
+
+    for span in NodeDowntime.objects.filter(node=node, up_at__isnull=True):
+        span.up_at = max(at, span.down_at)
+        span.save(update_fields=["up_at"])

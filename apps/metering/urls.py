@@ -7,4 +7,7 @@ app_name = "metering"
 urlpatterns = [
     path("", views.usage, name="usage"),
     path("csv/", views.usage_csv, name="usage_csv"),
+    path("report/", views.report, name="report"),
+    path("report/csv/", views.report_csv, name="report_csv"),
+    path("receipts/<int:job_id>/", views.receipt, name="receipt"),
 ]

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.html import format_html, format_html_join
 
 from .models import Gpu, Node
 from .services import node_set_drain
@@ -15,9 +16,27 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "state", "drain", "hostname", "cpus", "simulated", "last_heartbeat_at"]
     list_filter = ["state", "drain", "simulated"]
     readonly_fields = ["state", "hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes",
-                       "simulated", "health", "registered_at", "last_heartbeat_at"]
+                       "simulated", "gpu_health", "registered_at", "last_heartbeat_at"]
     inlines = [GpuInline]
     actions = ["drain_nodes", "undrain_nodes"]
+
+    @admin.display(description="GPU health (last heartbeat)")
+    def gpu_health(self, obj: Node) -> str:
+        rows = obj.gpu_health()
+        if not rows:
+            return "–"
+        dash = "–"
+        body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                                "<td>{}</td></tr>", (
+            (r["index"], r["uuid"], dash if r["temperature_c"] is None else f"{r['temperature_c']} °C",
+             dash if r["utilization_pct"] is None else f"{r['utilization_pct']} %",
+             dash if r["ecc_uncorrected"] is None else r["ecc_uncorrected"],
+             dash if r["ecc_corrected"] is None else r["ecc_corrected"], r["warning"] or "ok")
+            for r in rows))
+        return format_html("<table><tr><th>GPU</th><th>UUID</th><th>Temperature</th><th>Utilisation</th>"
+                           "<th>ECC uncorrected</th><th>ECC corrected</th><th>Status</th></tr>{}</table>"
+                           "<p>{} at {}</p>", body, (obj.health or {}).get("source", ""),
+                           (obj.health or {}).get("at", ""))
 
     @admin.action(description="Drain: keep running jobs, take no new ones")
     def drain_nodes(self, request, queryset):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from django.db import models
 
@@ -32,7 +33,10 @@ class Node(models.Model):
     disk_bytes = models.BigIntegerField(default=0)
     runtimes = models.JSONField(default=list, blank=True, help_text="Container runtimes found.")
     simulated = models.BooleanField(default=False)
-    health = models.JSONField(default=dict, blank=True)
+    health = models.JSONField(
+        default=dict, blank=True,
+        help_text="GPU health from the last heartbeat: {source, at, gpus: [{uuid, index, temperature_c, "
+                  "utilization_pct, memory_used_mb, ecc_uncorrected, ecc_corrected}]}.")
     registered_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
 
@@ -41,6 +45,31 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def gpu_health(self) -> list[dict[str, Any]]:
+        """The last heartbeat's health of each GPU, by index, with a ``warning`` text (or "").
+
+        Shape: ``[{"index", "uuid", "temperature_c", "utilization_pct", "memory_used_mb",
+        "ecc_uncorrected", "ecc_corrected", "warning"}]``; figures are None where the agent
+        could not read them. Warnings: temperature at or above ``GPU_HOT_C`` (the slowdown
+        range of data-centre GPUs per NVIDIA's thermal specs), or any uncorrected ECC error
+        since the driver loaded (NVIDIA's advice: drain and reset the GPU).
+        """
+        rows = []
+        for gpu in (self.health or {}).get("gpus") or []:
+            temp, ecc = gpu.get("temperature_c"), gpu.get("ecc_uncorrected")
+            warnings = []
+            if temp is not None and temp >= GPU_HOT_C:
+                warnings.append(f"hot ({temp} °C)")
+            if ecc:
+                warnings.append(f"{ecc} uncorrected ECC errors")
+            rows.append({**{k: gpu.get(k) for k in GPU_HEALTH_FIELDS}, "warning": ", ".join(warnings)})
+        return sorted(rows, key=lambda r: (r["index"] is None, r["index"]))
+
+
+GPU_HOT_C = 85  # degrees C
+GPU_HEALTH_FIELDS = ("index", "uuid", "temperature_c", "utilization_pct", "memory_used_mb", "ecc_uncorrected",
+                     "ecc_corrected")
 
 
 class Gpu(models.Model):

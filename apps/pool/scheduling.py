@@ -20,7 +20,9 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from apps.jobs.choices import JobState
+from apps.jobs.live import queue_changed
 from apps.jobs.models import Job
+from apps.jobs.prestage import prestage_plan
 from apps.jobs.state import transition
 from apps.metering.models import Lease, LeaseGpu, SchedulerCycle
 from apps.metering.services import lease_open
@@ -199,6 +201,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         now = now or timezone.now()
         queued = list(Job.objects.filter(state=JobState.QUEUED).order_by("submitted_at", "id"))
         if not queued:
+            prestage_plan([], now=now)
             return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
         views = pool_views(now)
         usage = usage_now(now)
@@ -231,6 +234,10 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                 changed.append(job)
         if changed:
             Job.objects.bulk_update(changed, ["queue_position", "estimated_start_at", "pending_reason"])
+            queue_changed(j.pk for j in changed)  # after commit: one message per owner
+        # Reserved jobs' inputs go to their planned nodes' caches now, meter off (issue 4, item 7).
+        for node_id in prestage_plan([(r.job_id, [n for n, _ in r.nodes]) for r in decision.reservations], now=now):
+            node_wake(node_id)
         seconds = time.monotonic() - started
         _keep_cycle_stat(now, policy.name, seconds, len(queued), len(decision.placements))
     log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, %.1f ms",

@@ -9,7 +9,9 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from apps.artifacts.models import Upload
 from apps.jobs.choices import JobState
+from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
 from apps.metering.models import Lease, LeaseGpu
 from apps.metering.rates import current_rates
 
@@ -18,7 +20,8 @@ from .models import Gpu, Node
 
 
 def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Assignments not yet accepted and cancels pending for ``node`` (docs/agent-protocol.md)."""
+    """Assignments not yet accepted, cancels pending, and queued jobs' inputs to pre-stage for ``node``
+    (docs/agent-protocol.md)."""
     now = now or timezone.now()
     leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
                   .select_related("job").prefetch_related("lease_gpus__gpu"))
@@ -34,7 +37,19 @@ def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[di
                 continue
         if lease.accepted_at is None and job.state in (JobState.RENTED, JobState.RUNNING):
             assignments.append(_assignment(lease, now))
-    return {"assignments": assignments, "cancel": cancel}
+    return {"assignments": assignments, "cancel": cancel, "prestage": prestage_offers(node)}
+
+
+def node_may_fetch_upload(node: Node, upload: Upload) -> bool:
+    """True when ``node`` holds an open lease of, or pre-stages, a job of the upload's owner naming it.
+
+    Anything else answers 404: a node token reads no other input.
+    """
+    specs = Lease.objects.filter(node=node, released_at__isnull=True,
+                                 job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+    if any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or []):
+        return True
+    return node_may_prestage_upload(node, upload)
 
 
 def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
@@ -58,6 +73,7 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
             "E31_MASTER_ADDR": master,
         },
         "spec": job.spec,
+        "output_max_bytes": settings.E31_BUNDLE_MAX_BYTES,
     }
 
 

@@ -10,6 +10,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.jobs.live import pool_changed
+from apps.metering.services import node_down_record, node_up_record
+
 from .choices import NodeState
 from .models import Gpu, Node, token_digest
 
@@ -60,7 +63,9 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
         )
         seen.add(gpu["index"])
     node.gpus.exclude(index__in=seen).update(present=False)
+    pool_changed()  # after commit: the pool page shows the node up with its GPUs
     if was_down:
+        node_up_record(node=node, at=now)  # the meter's record of down time (operator report)
         from .tasks import enqueue_schedule_cycle
 
         transaction.on_commit(enqueue_schedule_cycle)
@@ -68,10 +73,15 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
 
 
 def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None) -> None:
-    """Stamp a heartbeat from the server's clock. A down node must register again."""
-    fields: dict[str, Any] = {"last_heartbeat_at": timezone.now()}
+    """Stamp a heartbeat from the server's clock. A down node must register again.
+
+    ``health`` (validated: ``{"source", "gpus": [...]}``, see ``Node.health``) replaces the
+    stored one, stamped with the server's time as ``at`` (ISO 8601).
+    """
+    now = timezone.now()
+    fields: dict[str, Any] = {"last_heartbeat_at": now}
     if health is not None:
-        fields["health"] = health
+        fields["health"] = {**health, "gpus": [dict(g) for g in health.get("gpus", [])], "at": now.isoformat()}
     Node.objects.filter(pk=node.pk).update(**fields)
 
 
@@ -83,6 +93,7 @@ def node_set_drain(*, node: Node, drain: bool) -> Node:
     if node.state != NodeState.DOWN:
         node.state = NodeState.DRAINING if drain else NodeState.UP
     node.save(update_fields=["drain", "state"])
+    pool_changed()
     if not drain:
         from .tasks import enqueue_schedule_cycle
 
@@ -109,6 +120,8 @@ def nodes_mark_lost() -> list[int]:
                 continue
             node = Node.objects.get(pk=node_id)
             log.warning("node %s lost: no heartbeat since %s", node.name, node.last_heartbeat_at)
+            node_down_record(node=node, at=node.last_heartbeat_at)  # the meter's record of down time
             jobs_handle_node_loss(node=node, at=node.last_heartbeat_at)
+            pool_changed()
             lost.append(node_id)
     return lost

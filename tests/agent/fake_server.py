@@ -39,6 +39,10 @@ class State:
     uploads: dict[str, tuple[str, bytes]] = field(default_factory=dict)
     static: dict[str, bytes] = field(default_factory=dict)
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
+    running: list[dict[str, int]] = field(default_factory=list)  # register's "running"
+    node_state: str = "up"  # the heartbeat answer's "state"
+    registrations: int = 0
+    bundle_puts_left: int | None = None  # chunks taken before every further PUT drops the connection
     chunk_headers: list[str | None] = field(default_factory=list)
     # (method, path prefix) -> statuses to answer before serving; 0 = drop the connection
     fail: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -111,7 +115,8 @@ class Handler(BaseHTTPRequestHandler):
             data = st.static.get(url.path.removeprefix("/static/"))
             if data is None:
                 return self._answer(404, {"detail": "not found"})
-            return self._answer(200, raw=data)
+            etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+            return self._answer(200, raw=data, headers={"ETag": etag})
         if self.headers.get("Authorization") != f"Node {TOKEN}":
             self._answer(401, {"detail": "bad token"})
             return
@@ -137,19 +142,21 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["register"]:
             with st.lock:
                 st.inventory = json.loads(body)
+                st.registrations += 1
+                st.node_state = "up"
             return self._answer(
                 200,
                 {
                     "node": "node-t",
                     "heartbeat_interval_s": st.heartbeat_interval_s,
                     "poll_wait_s": st.poll_wait_s,
-                    "running": [],
+                    "running": list(st.running),
                 },
             )
         if parts == ["heartbeat"]:
             with st.lock:
                 st.heartbeats.append(json.loads(body))
-                return self._answer(200, {"cancel": list(st.cancel)})
+                return self._answer(200, {"cancel": list(st.cancel), "state": st.node_state})
         if parts == ["work"]:
             end = time.monotonic() + min(float(q.get("wait", 0)), st.poll_wait_s)
             with st.lock:
@@ -211,6 +218,12 @@ class Handler(BaseHTTPRequestHandler):
             offset = int(q["offset"])
             sha = self.headers.get("X-Content-Sha256")
             with st.lock:
+                if st.bundle_puts_left is not None:
+                    if st.bundle_puts_left <= 0:
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return None
+                    st.bundle_puts_left -= 1
                 st.chunk_headers.append(sha)
                 data = st.bundles[key]
                 if sha != hashlib.sha256(body).hexdigest():

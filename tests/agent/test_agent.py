@@ -92,7 +92,7 @@ def test_a_job_goes_from_accept_to_finished(node):
         assignment(
             12,
             "echo hello; cat data/in.txt; echo oops >&2; mkdir -p out/sub; sleep 0.5;"
-            " echo $CUDA_VISIBLE_DEVICES > out/gpus.txt; echo $SEED-$E31_JOB_ID > out/sub/s.txt",
+            " echo $CUDA_VISIBLE_DEVICES > out/gpus.txt; id -u > out/uid.txt; echo $SEED-$E31_JOB_ID > out/sub/s.txt",
             gpus=[0, 1],
             env={"SEED": "7"},
             data=[{"source": "upload:u1", "target": "data/", "sha256": None, "extract": False}],
@@ -109,16 +109,20 @@ def test_a_job_goes_from_accept_to_finished(node):
     assert (exited["exit_code"], exited["reason"]) == (0, "exit")
     assert bytes(server.state.logs[(12, 1)]) == b"hello\ninput data\noops\n"
     files = bundle_files(server, 12)
-    assert files["out/gpus.txt"] == b"0,1\n" and files["out/sub/s.txt"] == b"7-12\n"
+    assert files["out/gpus.txt"] == b"GPU-0,GPU-1\n" and files["out/sub/s.txt"] == b"7-12\n"
+    # as root, jobs run as nobody unless nobody cannot reach the agent's Python (then as root)
+    expected = agent.job_user[0] if agent.job_user else os.geteuid()
+    assert int(files["out/uid.txt"]) == expected
     manifest = json.loads(files["manifest.json"])
     assert manifest["job_id"] == 12
-    assert {f["path"] for f in manifest["files"]} == {"out/gpus.txt", "out/sub/s.txt"}
+    assert {f["path"] for f in manifest["files"]} == {"out/gpus.txt", "out/uid.txt", "out/sub/s.txt"}
     assert (12, 1) in server.state.completed
     inventory = server.state.inventory
     assert inventory["simulated"] and [g["model"] for g in inventory["gpus"]] == ["H100-80GB"] * 2
     assert any(
         {"job_id": 12, "attempt": 1} in hb["running"] for hb in list(server.state.heartbeats)
     )
+    assert all(hb["health"]["source"] == "simulated" for hb in list(server.state.heartbeats))
     assert server.state.wait_for(lambda: not (workdir / "jobs" / "12").exists())
 
 
@@ -250,3 +254,27 @@ def test_a_restarted_agent_kills_what_a_crashed_one_left(tmp_path):
         assert not (workdir / "jobs" / "80").exists()
         agent.stop()
         thread.join(20)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_as_root_a_named_job_user_runs_the_command_and_owns_the_job_dir(tmp_path):
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    with FakeServer() as server:
+        workdir = tmp_path / "w"
+        agent = Agent(AgentConfig(server=server.url, token=TOKEN, workdir=workdir, simulate="1xL4-24GB",
+                                  job_user="nobody", shutdown_grace_s=1))  # fmt: skip
+        assert agent.job_user == (nobody.pw_uid, nobody.pw_gid)
+        thread = threading.Thread(target=agent.run, daemon=True)
+        thread.start()
+        try:
+            offer(server, assignment(90, "id -u > uid.txt; stat -c %u . > owner.txt; touch mine",
+                                     outputs=["*.txt"]))  # fmt: skip
+            assert server.state.wait_for(lambda: "finished" in server.state.types(90))
+        finally:
+            agent.stop()
+            thread.join(20)
+    files = bundle_files(server, 90)
+    assert int(files["uid.txt"]) == nobody.pw_uid == int(files["owner.txt"])
+    assert server.state.reports[90][-2]["exit_code"] == 0

@@ -32,3 +32,15 @@ def test_it_refuses_bad_command_lines(argv, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_the_token_may_come_from_a_file_and_jobs_from_a_named_user(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("E31_NODE_TOKEN", raising=False)
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    token.chmod(0o600)
+    args = parse_args(["--server", "http://x", "--token-file", str(token), "--job-user", "nobody",
+                       "--retry-max", "5"])  # fmt: skip
+    assert (args.token, args.job_user, args.retry_max) == ("from-file", "nobody", 5.0)
+    with pytest.raises(SystemExit):
+        parse_args(["--server", "http://x", "--token-file", str(tmp_path / "missing")])

@@ -84,7 +84,7 @@ def test_abort_ends_the_retries(server):
 def test_heartbeat_and_work(server):
     server.state.cancel.append({"job_id": 9, "attempt": 2})
     client = _client(server)
-    assert client.heartbeat([JobRef(9, 2)]) == [JobRef(9, 2)]
+    assert client.heartbeat([JobRef(9, 2)]).cancel == [JobRef(9, 2)]
     assert server.state.heartbeats == [{"running": [{"job_id": 9, "attempt": 2}]}]
     answer = client.work(0)
     assert answer.assignments == [] and answer.cancel == [JobRef(9, 2)]

@@ -71,3 +71,70 @@ def test_it_refuses_what_is_not_an_archive(tmp_path: Path):
     (tmp_path / "f.tar.gz").write_bytes(b"not an archive at all")
     with pytest.raises(ExtractError, match="not a tar or zip"):
         safe_extract(tmp_path / "f.tar.gz", tmp_path / "dest")
+
+
+def _special(path: Path, name: str, kind: bytes, linkname: str = "") -> Path:
+    with tarfile.open(path, "w") as tar:
+        tar.addfile(_info("ok.txt", 2), io.BytesIO(b"ok"))
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        info.linkname = linkname
+        tar.addfile(info)
+    return path
+
+
+def _info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    return info
+
+
+@pytest.mark.parametrize(
+    ("kind", "linkname", "why"),
+    [
+        (tarfile.LNKTYPE, "/etc/passwd", "absolute"),
+        (tarfile.LNKTYPE, "../outside.txt", r"'\.\.'"),
+        (tarfile.SYMTYPE, "/etc/passwd", "absolute"),
+        (tarfile.SYMTYPE, "../../etc/passwd", "outside"),
+        (tarfile.CHRTYPE, "", "device or fifo"),
+        (tarfile.BLKTYPE, "", "device or fifo"),
+        (tarfile.FIFOTYPE, "", "device or fifo"),
+    ],
+)
+def test_it_refuses_links_out_devices_and_fifos(tmp_path: Path, kind, linkname, why):
+    archive = _special(tmp_path / "bad.tar", "entry", kind, linkname)
+    with pytest.raises(ExtractError, match=why):
+        safe_extract(archive, tmp_path / "dest")
+    assert not (tmp_path / "dest" / "ok.txt").exists()
+
+
+def test_a_hardlink_inside_the_target_is_unpacked(tmp_path: Path):
+    archive = _special(tmp_path / "ok.tar", "again.txt", tarfile.LNKTYPE, "ok.txt")
+    safe_extract(archive, tmp_path / "dest")
+    assert (tmp_path / "dest" / "again.txt").read_bytes() == b"ok"
+
+
+def test_a_link_already_in_the_target_cannot_lead_an_entry_out(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "sub").symlink_to(outside)
+    archive = _tar(tmp_path / "d.tar", [("sub/evil.txt", b"evil", None)], mode="w")
+    with pytest.raises(ExtractError):
+        safe_extract(archive, dest)
+    assert not (outside / "evil.txt").exists()
+    with zipfile.ZipFile(tmp_path / "d.zip", "w") as zf:
+        zf.writestr("sub/evil.txt", "evil")
+    with pytest.raises(ExtractError, match="outside"):
+        safe_extract(tmp_path / "d.zip", dest)
+    assert not (outside / "evil.txt").exists()
+
+
+def test_zip_links_are_refused(tmp_path: Path):
+    info = zipfile.ZipInfo("link")
+    info.external_attr = (0o120777 << 16)
+    with zipfile.ZipFile(tmp_path / "l.zip", "w") as zf:
+        zf.writestr(info, "/etc/passwd")
+    with pytest.raises(ExtractError, match="links"):
+        safe_extract(tmp_path / "l.zip", tmp_path / "dest")

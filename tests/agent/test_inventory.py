@@ -6,6 +6,7 @@ import pytest
 from e31_agent.inventory import (
     SimulateError,
     collect,
+    gpu_health,
     normalise_model,
     parse_simulate,
     simulated_gpus,
@@ -71,3 +72,15 @@ def test_it_collects_the_host(tmp_path: Path):
         "hostname", "agent_version", "gpus", "cpus", "memory_bytes", "disk_bytes",
         "runtimes", "simulated",
     }  # fmt: skip
+
+
+def test_simulated_gpus_report_healthy_figures_by_uuid(tmp_path):
+    inventory = collect(workdir=tmp_path, simulate="2xH100-80GB")
+    health = gpu_health(inventory)
+    assert health["source"] == "simulated"
+    assert [g["uuid"] for g in health["gpus"]] == [g.uuid for g in inventory.gpus]
+    assert all(g["temperature_c"] == 35 and g["ecc_uncorrected"] == 0 for g in health["gpus"])
+
+
+def test_no_gpus_no_health(tmp_path):
+    assert gpu_health(None) == {"gpus": [], "source": "none"}

@@ -1,4 +1,4 @@
-"""Packer: globs, manifest checksums, links that lead out are never packed."""
+"""Packer: globs, manifest checksums; links never followed, special files skipped, sizes capped."""
 
 import hashlib
 import json
@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from e31_agent.packer import collect, glob_regex, pack
+from e31_agent.packer import PackError, collect, glob_regex, pack
 
 
 @pytest.fixture
@@ -50,12 +50,7 @@ def test_it_matches_globs(pattern, path, hit):
 
 def test_it_collects_declared_outputs_only(job_dir: Path):
     rels = [rel for rel, _ in collect(job_dir, ["checkpoints/**", "metrics.json"])]
-    assert rels == [
-        "checkpoints/epoch1/model.pt",
-        "checkpoints/last.pt",
-        "checkpoints/metrics-link.json",
-        "metrics.json",
-    ]
+    assert rels == ["checkpoints/epoch1/model.pt", "checkpoints/last.pt", "metrics.json"]
 
 
 def test_a_directory_pattern_takes_the_tree(job_dir: Path):
@@ -73,7 +68,7 @@ def test_it_writes_bundle_and_manifest(job_dir: Path, tmp_path: Path):
         names = tar.getnames()
         manifest = json.load(tar.extractfile("manifest.json"))
         contents = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-        assert all(m.isfile() for m in tar.getmembers())  # links are packed as content
+        assert all(m.isfile() for m in tar.getmembers())
     assert "manifest.json" in names
     assert not any("passwd" in n or "outdir" in n or "secret" in n for n in names)
     assert manifest["job_id"] == 12
@@ -82,7 +77,7 @@ def test_it_writes_bundle_and_manifest(job_dir: Path, tmp_path: Path):
     for path, entry in files.items():
         assert entry["size_bytes"] == len(contents[path])
         assert entry["sha256"] == hashlib.sha256(contents[path]).hexdigest()
-    assert contents["checkpoints/metrics-link.json"] == b'{"acc": 0.9}'
+    assert "checkpoints/metrics-link.json" not in contents  # links are never followed, even inside
     assert [f.path for f in bundle.files] == list(files)
 
 
@@ -91,3 +86,66 @@ def test_nothing_matched_gives_a_manifest_only_bundle(job_dir: Path, tmp_path: P
     with tarfile.open(bundle.path) as tar:
         assert tar.getnames() == ["manifest.json"]
     assert bundle.files == []
+
+
+@pytest.mark.parametrize("pattern", ["../12-other/**", "/etc/passwd", "a/../../x", "/"])
+def test_unsafe_patterns_are_refused(job_dir: Path, tmp_path: Path, pattern):
+    with pytest.raises(PackError, match="output path"):
+        pack(job_dir, ["metrics.json", pattern], tmp_path / "b.tar.gz", job_id=1)
+
+
+def test_special_files_and_links_are_skipped_and_nothing_outside_is_read(job_dir: Path, tmp_path: Path):
+    other_job = tmp_path / "jobs" / "13"
+    other_job.mkdir()
+    (other_job / "theirs.txt").write_text("another job's file")
+    os.symlink(other_job, job_dir / "other")  # a linked parent dir: never descended
+    os.symlink(other_job / "theirs.txt", job_dir / "theirs.txt")
+    os.symlink("/dev/null", job_dir / "null")
+    os.symlink("/etc", job_dir / "etc")
+    os.mkfifo(job_dir / "pipe")  # opening it would block: it is never opened
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(job_dir / "sock"))
+    try:
+        os.mknod(job_dir / "zero", 0o666 | 0o020000, os.makedev(1, 5))  # a char device, where allowed
+    except (PermissionError, OSError):
+        pass
+    bundle = pack(job_dir, ["**"], tmp_path / "b.tar.gz", job_id=12)
+    sock.close()
+    names = {f.path for f in bundle.files}
+    assert names == {"checkpoints/epoch1/model.pt", "checkpoints/last.pt", "metrics.json",
+                     "scratch.tmp", "logs/a.json"}
+    with tarfile.open(bundle.path) as tar:
+        assert all(m.isfile() for m in tar.getmembers())
+        assert set(tar.getnames()) == names | {"manifest.json"}
+
+
+def test_a_dir_swapped_for_a_link_after_the_walk_reads_nothing(job_dir: Path, tmp_path: Path, monkeypatch):
+    import e31_agent.packer as packer
+
+    real_collect = packer.collect
+
+    def collect_then_swap(root, patterns):
+        found = real_collect(root, patterns)
+        (job_dir / "logs" / "a.json").unlink()
+        (job_dir / "logs").rmdir()
+        os.symlink(tmp_path / "outside", job_dir / "logs")
+        (tmp_path / "outside" / "a.json").write_text("outside the job dir")
+        return found
+
+    monkeypatch.setattr(packer, "collect", collect_then_swap)
+    bundle = pack(job_dir, ["logs/**", "metrics.json"], tmp_path / "b.tar.gz", job_id=12)
+    assert [f.path for f in bundle.files] == ["metrics.json"]
+
+
+def test_outputs_over_the_cap_fail_with_a_clear_error(job_dir: Path, tmp_path: Path):
+    with pytest.raises(PackError, match=r"hold 7\d\d bytes; the most a bundle may hold is 100 bytes"):
+        pack(job_dir, ["checkpoints/**"], tmp_path / "b.tar.gz", job_id=12, max_bytes=100)
+    assert pack(job_dir, ["checkpoints/**"], tmp_path / "b.tar.gz", job_id=12, max_bytes=10_000).files
+
+
+def test_the_bundle_checksum_is_that_of_the_file(job_dir: Path, tmp_path: Path):
+    bundle = pack(job_dir, ["**"], tmp_path / "b.tar.gz", job_id=12)
+    assert bundle.sha256 == hashlib.sha256(bundle.path.read_bytes()).hexdigest()
+    assert bundle.size_bytes == bundle.path.stat().st_size

@@ -18,11 +18,12 @@ def _start(tmp_path: Path, command: str, **env_kw) -> JobProcess:
         job_dir=job_dir,
         spec_env=env_kw.get("spec_env", {}),
         assignment_env=env_kw.get("assignment_env", {}),
-        gpu_indices=env_kw.get("gpus", [0]),
+        gpus=env_kw.get("gpus", [0]),
         marker=new_marker("test", 7, 1),
     )
     return JobProcess.start(
-        ["/bin/sh", "-c", command], cwd=job_dir, env=env, log_path=tmp_path / "logs" / "7-1.log"
+        ["/bin/sh", "-c", command], cwd=job_dir, env=env, log_path=tmp_path / "logs" / "7-1.log",
+        run_dir=tmp_path / "runs" / "7-1",
     )
 
 
@@ -57,7 +58,7 @@ def test_the_env_has_gpus_and_spec_env_but_not_the_token(tmp_path, monkeypatch):
         "env > env.txt; command -v python",
         spec_env={"SEED": "1", "CUDA_VISIBLE_DEVICES": "9"},
         assignment_env={"E31_JOB_ID": "7", "E31_NODE_RANK": "0"},
-        gpus=[2, 3],
+        gpus=["GPU-2", "GPU-3"],
     )
     result = supervise(
         proc, deadline=time.monotonic() + 10, cancel=threading.Event(),
@@ -68,7 +69,8 @@ def test_the_env_has_gpus_and_spec_env_but_not_the_token(tmp_path, monkeypatch):
         line.split("=", 1) for line in (tmp_path / "jobs/7/env.txt").read_text().splitlines()
         if "=" in line
     )  # fmt: skip
-    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"  # the lease wins over the spec
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-2,GPU-3"  # the lease wins over the spec
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-2,GPU-3"
     assert env["SEED"] == "1" and env["E31_JOB_ID"] == "7"
     assert env["HOME"] == str(tmp_path / "jobs" / "7")
     assert env["PATH"].split(":")[0] == os.path.dirname(sys.executable)
@@ -146,3 +148,39 @@ def test_stop_is_idempotent(tmp_path):
         t.join()
     assert proc.stop(1) == []
     assert _left(proc) == []
+
+
+def test_the_shim_stops_the_job_itself_when_no_agent_does(tmp_path):
+    """The backstop for a frozen agent: at ``stop_at`` the shim stops the whole job on its own."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = build_env(job_dir=job_dir, spec_env={}, assignment_env={}, gpus=[], marker=new_marker("t", 3, 1))
+    proc = JobProcess.start(
+        ["/bin/sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000"], cwd=job_dir, env=env,
+        log_path=tmp_path / "log", run_dir=tmp_path / "run",
+        limits={"stop_at": time.time() + 0.5, "grace_s": 0.5},
+    )  # fmt: skip
+    end = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    assert (proc.poll(), proc.stopped_by) == (137, "time_limit")
+    assert _left(proc) == []
+    result = supervise(proc, deadline=time.monotonic() + 60, cancel=threading.Event(),
+                       drop=threading.Event(), grace_s=1)  # fmt: skip
+    assert (result.reason, result.exit_code) == ("time_limit", 137)
+
+
+def test_limits_reach_the_command(tmp_path):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = build_env(job_dir=job_dir, spec_env={}, assignment_env={}, gpus=[], marker=new_marker("t", 4, 1))
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    proc = JobProcess.start(
+        ["/bin/sh", "-c", "ulimit -n; ulimit -v; grep Cpus_allowed_list /proc/self/status"],
+        cwd=job_dir, env=env, log_path=tmp_path / "log", run_dir=tmp_path / "run",
+        limits={"nofile": 512, "memory_bytes": 2 * 1024**3, "cpus": [cpu]},
+    )  # fmt: skip
+    supervise(proc, deadline=time.monotonic() + 10, cancel=threading.Event(), drop=threading.Event(), grace_s=1)
+    lines = (tmp_path / "log").read_text().split("\n")
+    assert lines[0] == "512" and lines[1] == str(2 * 1024 * 1024)
+    assert lines[2].split()[-1] == str(cpu)

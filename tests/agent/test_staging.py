@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from e31_agent.backoff import Backoff
+from e31_agent.cache import InputCache
 from e31_agent.client import ApiClient
 from e31_agent.models import DataItem
 from e31_agent.staging import Stager, StagingAborted, StagingError
@@ -25,9 +26,9 @@ def dirs(tmp_path: Path) -> dict[str, Path]:
 
 
 def _stager(dirs, client=None, **kw) -> Stager:
-    return Stager(
-        client=client, job_dir=dirs["job"], tmp_dir=dirs["tmp"], cache_dir=dirs["cache"], **kw
-    )
+    kw.setdefault("file_roots", [dirs["src"]])
+    kw.setdefault("cache", InputCache(dirs["cache"]))
+    return Stager(client=client, job_dir=dirs["job"], tmp_dir=dirs["tmp"], **kw)
 
 
 def _tgz(entries: dict[str, bytes]) -> bytes:
@@ -83,7 +84,7 @@ def test_a_matching_checksum_stages_and_caches(dirs):
     sha = hashlib.sha256(data).hexdigest()
     url = (dirs["src"] / "train.csv").as_uri()
     _stager(dirs).stage([DataItem(source=url, sha256=sha)])
-    assert (dirs["cache"] / f"sha256-{sha}").read_bytes() == data
+    assert (dirs["cache"] / "objects" / f"sha256-{sha}").read_bytes() == data
     (dirs["src"] / "train.csv").unlink()  # the second job is served from the cache
     (dirs["job"] / "train.csv").unlink()
     _stager(dirs).stage([DataItem(source=url, sha256=sha, target="again.csv")])
@@ -164,3 +165,55 @@ def test_web_sources_go_through_fsspec(dirs):
             ]
         )
     assert (dirs["job"] / "in" / "big.bin").read_bytes() == payload
+
+
+def test_file_sources_outside_the_allowed_roots_are_refused(dirs, tmp_path):
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("no")
+    with pytest.raises(StagingError, match="file:// is only allowed"):
+        _stager(dirs).stage([DataItem(source=secret.as_uri())])
+    with pytest.raises(StagingError, match="file:// is only allowed"):
+        _stager(dirs, file_roots=[]).stage([DataItem(source=(dirs["src"] / "train.csv").as_uri())])
+    (dirs["src"] / "link.txt").symlink_to(secret)  # a link under the root that leads out
+    with pytest.raises(StagingError, match="file:// is only allowed"):
+        _stager(dirs).stage([DataItem(source=(dirs["src"] / "link.txt").as_uri())])
+    assert not (dirs["job"] / "secret.txt").exists() and not (dirs["job"] / "link.txt").exists()
+
+
+def test_a_url_with_an_etag_is_cached_and_the_second_job_downloads_nothing(dirs):
+    payload = b"y" * 200_000
+    with FakeServer() as server:
+        server.state.static["set.bin"] = payload
+        url = f"{server.url}/static/set.bin"
+        first = _stager(dirs)
+        first.stage([DataItem(source=url, target="in/")])
+        assert (first.fetched, first.cached) == (len(payload), 0)
+        (dirs["job"] / "in" / "set.bin").write_bytes(b"the job changes its copy")
+        second = _stager(dirs)
+        second.stage([DataItem(source=url, target="again/")])
+        assert (second.fetched, second.cached) == (0, len(payload))
+        assert (dirs["job"] / "again" / "set.bin").read_bytes() == payload
+        server.state.static["set.bin"] = b"z" * 10  # a new version: a new key, downloaded again
+        third = _stager(dirs)
+        third.stage([DataItem(source=url, target="third/")])
+        assert third.fetched == 10 and (dirs["job"] / "third" / "set.bin").read_bytes() == b"z" * 10
+
+
+def test_prefetch_fills_the_cache_and_staging_then_links_from_it(dirs):
+    payload = b"u" * 50_000
+    with FakeServer() as server:
+        server.state.uploads["u-9"] = ("frames.bin", payload)
+        client = ApiClient(server.url, TOKEN, backoff=lambda: Backoff(initial_s=0.01))
+        cache = InputCache(dirs["cache"])
+        pre = Stager(client=client, job_dir=None, tmp_dir=dirs["tmp"], cache=cache)
+        assert pre.prefetch([DataItem(source="upload:u-9")]) == (len(payload), len(payload))
+        assert not any(dirs["job"].iterdir())
+        stager = _stager(dirs, client, cache=cache)
+        stager.stage([DataItem(source="upload:u-9", target="data/")])
+        client.close()
+        assert (stager.fetched, stager.cached) == (0, len(payload))
+        assert (dirs["job"] / "data" / "frames.bin").read_bytes() == payload
+        assert [c for c in server.state.calls if c[1].startswith("/api/v1/agent/uploads/")] == [
+            ("GET", "/api/v1/agent/uploads/u-9/")
+        ]

@@ -31,3 +31,23 @@ def stack(transactional_db, tmp_path):
         yield live
     finally:
         live.stop()
+
+
+@pytest.fixture(autouse=True)
+def _meter_check_after_the_stack(request):
+    """After each test on the live stack (its processes stopped, before the database is flushed),
+    ``manage.py meter_check`` must find the ledger consistent (SPEC §4 invariants)."""
+    if "stack" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("transactional_db")  # set up first, so flushed after this check
+    yield
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    err = io.StringIO()
+    try:
+        call_command("meter_check", stdout=io.StringIO(), stderr=err)
+    except CommandError as exc:
+        pytest.fail(f"meter_check after the end-to-end test: {exc}\n{err.getvalue()}")

@@ -25,7 +25,7 @@ def test_usage_lists_my_leases_with_totals(web, user, stranger_user, node):
     assert "Released · Succeeded" in html
     assert re.search(r'<span class="yes"><svg class="icon icon-check"[^>]*>.*?</svg> yes</span>', html, re.S)
     assert "Billed GPU-hours" in html and "Billed seconds" in html
-    assert "Billed GPU-hours by day" in html
+    assert "Billed GPU-hours and cost by day" in html
 
 
 def test_usage_shows_an_open_lease_without_cost(web, user, node):

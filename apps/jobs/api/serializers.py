@@ -19,6 +19,7 @@ class JobSerializer(serializers.ModelSerializer):
     bundle = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
     attempts = serializers.IntegerField(source="attempt")
+    staging = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -27,7 +28,7 @@ class JobSerializer(serializers.ModelSerializer):
             "queue_position", "estimated_start_at", "pending_reason",
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
-            "log_size", "cancel_requested_at",
+            "log_size", "cancel_requested_at", "staging",
         ]
 
     def _leases(self, job: Job) -> list:
@@ -67,6 +68,12 @@ class JobSerializer(serializers.ModelSerializer):
         if job.nodes > 1:
             first["ranks"] = [describe(b) for b in bundles]
         return first
+
+    def get_staging(self, job: Job) -> dict | None:
+        """Inputs on their way: ``{"phase": "staging"|"prestage", "bytes_done", "bytes_total",
+        "rate_bytes_per_s", "percent", "nodes", "state", "message"}`` (bytes, bytes/s), else null."""
+        progress = job.staging_progress if job.state in ("queued", "rented") else None
+        return progress.to_json() if progress else None
 
     def get_url(self, job: Job) -> str:
         request = self.context.get("request")

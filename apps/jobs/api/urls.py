@@ -1,6 +1,8 @@
 """``/api/v1/``: the user API and the agent's calls."""
 from django.urls import path
 
+from apps.pool.api import nodes as pool_nodes
+from apps.pool.api import prestage as agent_prestage
 from apps.pool.api import views as agent
 
 from . import views
@@ -16,6 +18,7 @@ urlpatterns = [
     path("jobs/<int:pk>/bundle/", views.JobBundleView.as_view(), name="job-bundle"),
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("pool/", views.PoolView.as_view(), name="pool"),
+    path("nodes/", pool_nodes.NodeListView.as_view(), name="node-list"),
     path("uploads/", views.UploadView.as_view(), name="uploads"),
     # The agent's own calls: node token only (docs/agent-protocol.md).
     path("agent/register/", agent.RegisterView.as_view(), name="agent-register"),
@@ -27,4 +30,5 @@ urlpatterns = [
     path("agent/jobs/<int:job_id>/bundle/complete/", agent.BundleCompleteView.as_view(),
          name="agent-bundle-complete"),
     path("agent/uploads/<uuid:upload_id>/", agent.UploadDownloadView.as_view(), name="agent-upload"),
+    path("agent/prestage/", agent_prestage.PrestageView.as_view(), name="agent-prestage"),
 ]

@@ -18,6 +18,8 @@ from rest_framework.views import APIView
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
+from apps.metering.accounts import user_tz
+from apps.metering.quotes import job_quote
 from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows, usage_totals
 from apps.pool.selectors import pool_summary
 
@@ -64,12 +66,15 @@ class JobListCreateView(generics.ListAPIView):
         request={"application/json": OpenApiTypes.OBJECT, "application/yaml": OpenApiTypes.STR,
                  "multipart/form-data": OpenApiTypes.OBJECT},
         responses={201: JobSerializer},
+        parameters=[OpenApiParameter("dry_run", bool, description="1: validate and price only (worst case, "
+                                                                  "spend limit); nothing is created (200)")],
         description="Submit a spec (SPEC §2) as JSON, YAML, or multipart with a `spec` field "
                     "(YAML or JSON text) and files referenced as `upload:<file name>`.",
     )
     def post(self, request):
         document = request.data
         attachments = {}
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         if request.content_type.startswith(("multipart/", "application/x-www-form-urlencoded")):
             text = request.data.get("spec")
             if not text:
@@ -78,10 +83,15 @@ class JobListCreateView(generics.ListAPIView):
                 text = text.read().decode("utf-8", errors="replace")
             document = load_yaml(text)  # YAML is a superset of JSON
             files = [f for key in request.FILES for f in request.FILES.getlist(key) if key != "spec"]
+            if dry_run:  # validate and price; store nothing
+                return Response(job_quote(owner=request.user, document=document,
+                                          attachment_names=[f.name for f in files]))
             try:
                 attachments = uploads_from_files(owner=request.user, files=files)
             except ValueError as exc:
                 raise SpecError({"files": [str(exc)]}) from None
+        if dry_run:
+            return Response(job_quote(owner=request.user, document=document))
         job = job_submit(owner=request.user, document=document, attachments=attachments)
         return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
@@ -165,7 +175,7 @@ class UsageView(APIView):
     def get(self, request):
         leases = list(usage_leases(user=request.user, start=parse_when(request.query_params.get("from"), "from"),
                                    end=parse_when(request.query_params.get("to"), "to")))
-        tz = timezone.get_current_timezone()
+        tz = user_tz(request.user)  # token auth runs after the time zone middleware
         if request.query_params.get("format") == "csv":
             buf = io.StringIO()
             writer = csv.writer(buf)

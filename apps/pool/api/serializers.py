@@ -36,14 +36,31 @@ class AttemptRefSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1)
 
 
+class GpuHealthSerializer(serializers.Serializer):
+    """One GPU's health as the agent read it from NVML (None: could not be read)."""
+
+    uuid = serializers.CharField(max_length=100)
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    temperature_c = serializers.IntegerField(min_value=-100, max_value=300, required=False, allow_null=True)
+    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, required=False, allow_null=True)
+    memory_used_mb = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    ecc_corrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+
+
+class HealthSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["nvml", "simulated", "none"], required=False, default="none")
+    gpus = GpuHealthSerializer(many=True, max_length=1024, required=False, default=list)
+
+
 class HeartbeatSerializer(serializers.Serializer):
     running = AttemptRefSerializer(many=True, required=False, default=list)
-    health = serializers.DictField(required=False)
+    health = HealthSerializer(required=False)
 
 
 class ReportSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1)
-    seq = serializers.IntegerField(min_value=1)
+    seq = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     type = serializers.ChoiceField(choices=REPORT_TYPES)
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
     reason = serializers.ChoiceField(
@@ -51,6 +68,8 @@ class ReportSerializer(serializers.Serializer):
     message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
     bytes_done = serializers.IntegerField(required=False, min_value=0)
     bytes_total = serializers.IntegerField(required=False, min_value=0, allow_null=True)
+    bytes_fetched = serializers.IntegerField(required=False, min_value=0)  # downloaded on the meter
+    bytes_cached = serializers.IntegerField(required=False, min_value=0)  # linked in from the node's cache
     pid = serializers.IntegerField(required=False)
 
 

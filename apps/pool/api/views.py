@@ -17,12 +17,13 @@ from rest_framework.views import APIView
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
-from apps.jobs.services import StaleAttempt, agent_report, jobs_reconcile_heartbeat, log_append
+from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services import StaleAttempt, agent_report, gang_stops_for, jobs_reconcile_heartbeat, log_append
 from apps.metering.models import Lease
 
 from ..models import Node
 from ..notify import node_group
-from ..selectors import agent_work_for, running_on
+from ..selectors import agent_work_for, node_may_fetch_upload, running_on
 from ..services import node_for_token, node_heartbeat, node_register
 from .auth import IsNode, NodeTokenAuthentication, token_from_header
 from .serializers import BundleCompleteSerializer, HeartbeatSerializer, RegisterSerializer, ReportSerializer
@@ -48,6 +49,15 @@ class AgentView(APIView):
         return lease
 
 
+def work_with_gang_stops(node: Node) -> dict[str, list[dict]]:
+    """:func:`agent_work_for`, its ``cancel`` list joined by the gang ranks to stop."""
+    work = agent_work_for(node)
+    for ref in gang_stops_for(node):
+        if ref not in work["cancel"]:
+            work["cancel"].append(ref)
+    return work
+
+
 @extend_schema(exclude=True)
 class RegisterView(AgentView):
     def post(self, request):
@@ -67,7 +77,8 @@ class HeartbeatView(AgentView):
         if "running" in request.data:
             jobs_reconcile_heartbeat(node=self.node, running=ser.validated_data["running"],
                                      min_age_s=2 * settings.E31_HEARTBEAT_S)
-        return Response({"cancel": agent_work_for(self.node)["cancel"], "state": self.node.state})
+        node = Node.objects.get(pk=self.node.pk)  # the state after this beat's reconciliation
+        return Response({"cancel": work_with_gang_stops(node)["cancel"], "state": node.state})
 
 
 @extend_schema(exclude=True)
@@ -155,11 +166,7 @@ class UploadDownloadView(AgentView):
     def get(self, request, upload_id):
         """An input file, only to a node holding a job of the upload's owner that names it."""
         upload = Upload.objects.filter(pk=upload_id).first()
-        if upload is None:
-            raise Http404
-        specs = Lease.objects.filter(node=self.node, released_at__isnull=True,
-                                     job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
-        if not any(item.get("source") == upload.source for spec in specs for item in spec.get("data", [])):
+        if upload is None or not node_may_fetch_upload(self.node, upload):
             raise Http404
         return FileResponse(upload.file.open("rb"), as_attachment=True, filename=upload.name)
 
@@ -189,9 +196,11 @@ async def work_view(request: HttpRequest) -> JsonResponse:
         deadline = loop.time() + wait
         while True:
             await sync_to_async(node_heartbeat)(node=node)
-            work = await sync_to_async(agent_work_for)(node)
+            work = await sync_to_async(work_with_gang_stops)(node)
             left = deadline - loop.time()
-            if work["assignments"] or work["cancel"] or left <= 0:
+            new_prestage = [p["job_id"] for p in work["prestage"] if p["new"]]
+            if work["assignments"] or work["cancel"] or new_prestage or left <= 0:
+                await sync_to_async(prestage_mark_offered)(node, new_prestage)
                 return JsonResponse(work)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(layer.receive(channel), timeout=left)

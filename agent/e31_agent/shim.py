@@ -1,0 +1,204 @@
+"""The per-job supervisor: ``python -m e31_agent.shim RUN_DIR``.
+
+The agent starts one shim per run, in a session of its own, so the job
+outlives the agent: an agent killed mid-job (``kill -9``, an upgrade) finds
+the shim again when it starts and takes the job up where it was
+(:mod:`e31_agent.state`). The shim
+
+1. reads ``RUN_DIR/launch.json``: ``argv``, ``cwd``, ``env``, ``log_path``,
+   and optionally ``cpus`` (CPU ids for ``sched_setaffinity``),
+   ``memory_bytes`` (``RLIMIT_AS``), ``nofile`` (``RLIMIT_NOFILE``),
+   ``uid``/``gid`` (run the command as that user; the shim stays root),
+   ``stop_at`` (epoch seconds) and ``grace_s``: the shim's own time limit,
+   ``cgroup``: a cgroup v2 dir the shim moves itself into before it starts
+   the command, so the command and all it forks are capped by its
+   ``memory.max`` (:mod:`e31_agent.cgroups`);
+2. becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux
+   3.4+), so every descendant of the job that loses its parent, also one
+   that double-forked and called ``setsid``, is re-parented to the shim
+   rather than to init and stays findable as the shim's descendant;
+3. starts the command in a new session (its own process group, led by the
+   shell), stdin from ``/dev/null``, stdout and stderr appended to
+   ``log_path``; writes ``child.json`` ``{"pid": shell pid}``;
+4. reaps every child; when the shell ends writes ``exit.json``
+   ``{"exit_code": N}`` (shell terms: 128 + N after signal N);
+5. exits once it has no child left. Processes the shell left behind keep
+   it alive until the agent stops them (SIGTERM, grace, SIGKILL).
+
+The agent enforces the time limit; the shim's ``stop_at`` (the deadline
+plus a few seconds) is the backstop for an agent that is frozen or dead:
+then the shim sends SIGTERM to the job's group and its descendants, SIGKILL
+after ``grace_s``, and records ``"stopped": "time_limit"`` in ``exit.json``.
+
+The shim holds no secret: its own environment is a bare ``PATH`` and
+``PYTHONPATH``; the job's environment is in ``launch.json`` (mode 0600).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_child_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _limits(launch: dict[str, Any]):
+    """The ``preexec_fn`` that applies the job's CPU set and rlimits in the child."""
+    cpus = launch.get("cpus")
+    memory = launch.get("memory_bytes")
+    nofile = launch.get("nofile")
+
+    def apply() -> None:
+        if cpus:
+            try:
+                os.sched_setaffinity(0, cpus)
+            except OSError:
+                pass
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if nofile:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            cap = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (cap, cap))
+
+    return apply
+
+
+def _descendants() -> list[int]:
+    """Pids of this process's live descendants (by ``/proc``; Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [os.getpid()]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def _signal_all(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+    for pid in _descendants():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _backstop(stop_at: float, grace_s: float, pgid: int, stopped: threading.Event) -> None:
+    """At ``stop_at`` (epoch s), stop the whole job: SIGTERM, ``grace_s``, SIGKILL until none is left."""
+    while time.time() < stop_at:
+        time.sleep(min(1.0, max(0.01, stop_at - time.time())))
+    stopped.set()
+    _signal_all(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while _descendants() and time.monotonic() < end:
+        time.sleep(0.1)
+    while _descendants():
+        _signal_all(pgid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _shell_terms(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def run(run_dir: Path) -> int:
+    """Supervise the job described in ``run_dir``; returns the shim's exit status."""
+    launch = json.loads((run_dir / "launch.json").read_text())
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # only the agent stops a job
+    set_child_subreaper()
+    if launch.get("cgroup"):  # before the fork: nothing of the job starts outside it
+        with open(Path(launch["cgroup"]) / "cgroup.procs", "w") as fh:
+            fh.write("0")
+    kwargs: dict[str, Any] = {}
+    if launch.get("uid") is not None and os.geteuid() == 0:
+        kwargs.update(user=int(launch["uid"]), group=int(launch["gid"]), extra_groups=[])
+    with open(launch["log_path"], "ab") as out:
+        child = subprocess.Popen(
+            launch["argv"],
+            cwd=launch["cwd"],
+            env=launch["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_limits(launch),
+            **kwargs,
+        )
+    _write_json(run_dir / "child.json", {"pid": child.pid})
+    stopped = threading.Event()
+    if launch.get("stop_at"):
+        threading.Thread(target=_backstop, args=(float(launch["stop_at"]), float(launch.get("grace_s") or 0),
+                                                 child.pid, stopped), daemon=True).start()
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+        if pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
+            result: dict[str, Any] = {"exit_code": _shell_terms(status)}
+            if stopped.is_set():
+                result["stopped"] = "time_limit"
+            _write_json(run_dir / "exit.json", result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m e31_agent.shim RUN_DIR", file=sys.stderr)
+        return 2
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Live job pages over WebSockets: one job's page, and "My jobs" (issue 5).
+
+Routed in ``e31site/asgi.py``: ``/ws/jobs/<id>/`` and ``/ws/jobs/``. Every
+read goes through :func:`apps.jobs.selectors.jobs_of`, so a user only ever
+joins the groups of their own jobs.
+"""
+from __future__ import annotations
+
+from e31site.consumers import LiveConsumer
+
+from .fragments import render_job_fragments, render_row, stamp_ms
+from .live import job_group, user_group
+from .selectors import jobs_of
+
+LIST_SNAPSHOT_ROWS = 50  # the first page of "My jobs" (apps.jobs.views.JOBS_PER_PAGE)
+
+
+class JobConsumer(LiveConsumer):
+    """``/ws/jobs/<id>/``: the owner's job page. Anyone else's id is refused with no data."""
+
+    def groups_for(self, user, pk: str) -> list[str] | None:
+        if not jobs_of(user).filter(pk=int(pk)).exists():
+            return None
+        # The user group brings the scheduler's per-user queue updates.
+        return [job_group(int(pk)), user_group(user.pk)]
+
+    def snapshot(self, user, pk: str) -> str:
+        stamp = stamp_ms()
+        job = jobs_of(user).filter(pk=int(pk)).first()
+        return render_job_fragments(job, with_log=True, stamp=stamp) if job else ""
+
+
+class JobListConsumer(LiveConsumer):
+    """``/ws/jobs/``: every row of the user's "My jobs"."""
+
+    def groups_for(self, user) -> list[str] | None:
+        return [user_group(user.pk)]
+
+    def snapshot(self, user) -> str:
+        stamp = stamp_ms()
+        jobs = jobs_of(user).prefetch_related("leases")[:LIST_SNAPSHOT_ROWS]
+        return "".join(render_row(job, stamp=stamp) for job in jobs)

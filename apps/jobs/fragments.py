@@ -1,0 +1,159 @@
+"""The live parts of the job pages, rendered the same way for a page load and for a push.
+
+The job page and "My jobs" are cut into fragments, each one element with a
+stable ``id`` and a ``data-version``. A page load renders them inside the
+page; the WebSocket consumers send the same templates on connect (the
+snapshot) and :mod:`apps.jobs.live` sends them after every committed change.
+``static/js/live.js`` swaps a pushed fragment in only when its version is not
+older than the one shown (docs/live.md).
+
+Versions are lists of integers compared left to right, written
+space-separated: ``[event_seq, stamp_ms]`` for a job's parts (``stamp_ms``,
+the server's clock in milliseconds taken *before* the read, orders two
+renders of the same event, e.g. staging progress), ``[event_seq, log_size]``
+for the log.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from apps.artifacts.services import bundles_latest
+from apps.metering.display import rate_text
+from apps.metering.selectors import job_money
+
+from .choices import JobState
+from .models import Job
+from .services import log_read
+from .spec import format_duration
+
+LOG_TAIL_BYTES = 64 * 1024
+
+# Element ids shared by the templates, the consumers and static/js/live.js.
+STATUS_ID = "job-{pk}-status"
+FACTS_ID = "job-{pk}-facts"
+LEASES_ID = "job-{pk}-leases"
+LOG_ID = "job-{pk}-log"
+BUNDLE_ID = "job-{pk}-bundle"
+ROW_ID = "job-row-{pk}"
+
+
+def stamp_ms() -> int:
+    """The server's clock in whole milliseconds (the tie-break part of a version)."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One of the five steps on the job page: its name, when it happened, and where the job is."""
+
+    label: str
+    at: datetime | None
+    status: str  # "done", "current", "todo", or "skipped" (a released job never got there)
+
+
+# (label, the job's time stamp, the state that step is current in)
+STEP_FIELDS = (
+    ("Submitted", "submitted_at", JobState.QUEUED),
+    ("Rented", "rented_at", JobState.RENTED),
+    ("Run started", "run_started_at", JobState.RUNNING),
+    ("Run ended", "run_ended_at", JobState.OUTPUT),
+    ("Released", "released_at", JobState.RELEASED),
+)
+
+
+def job_steps(job: Job) -> list[Step]:
+    """The five steps of SPEC §1 with their times and which one the job is in."""
+    steps = []
+    for label, field, state in STEP_FIELDS:
+        at = getattr(job, field)
+        if job.state == state and state != JobState.RELEASED:
+            status = "current"
+        elif at:
+            status = "done"
+        else:
+            status = "skipped" if job.state == JobState.RELEASED else "todo"
+        steps.append(Step(label, at, status))
+    return steps
+
+
+def log_tail(job: Job) -> tuple[str, bool]:
+    """The last ~64 KB of the current attempt's log as text, and whether earlier bytes were cut."""
+    offset = max(0, job.log_size - LOG_TAIL_BYTES)
+    text = log_read(job, offset, limit=LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    if offset:
+        text = text.partition("\n")[2]  # start at a whole line
+    return text, offset > 0
+
+
+def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
+    """Everything the job page's fragments show, read now.
+
+    Args:
+        job: the job, freshly read (its ``event_seq`` is the version).
+        stamp: the version's tie-break (ms); taken now when not given. Take
+            it *before* reading ``job`` so an older read never wins.
+    """
+    stamp = stamp_ms() if stamp is None else stamp
+    leases = list(job.leases.select_related("node").order_by("attempt", "node_rank"))
+    for lease in leases:
+        lease.rate = rate_text(lease.rate_per_gpu_hour)
+    tail, tail_cut = log_tail(job)
+    return {
+        "job": job, "events": job.events.all(), "leases": leases,
+        "money": job_money(leases, timezone.now()), "steps": job_steps(job),
+        "time_limit": format_duration(job.time_limit_s),
+        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
+        "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
+    }
+
+
+# The job page's fragments, in page order; the log goes only in snapshots
+# (pushes send the new bytes as chunks, see render_log_chunk).
+JOB_FRAGMENTS = ("jobs/_status.html", "jobs/_facts.html", "jobs/_leases.html", "jobs/_bundle.html",
+                 "jobs/_receipt_live.html")
+
+
+def render_job_fragments(job: Job, *, with_log: bool, stamp: int | None = None) -> str:
+    """The job page's live fragments as one HTML string (each a top-level element with its id)."""
+    context = job_page_context(job, stamp=stamp)
+    names = JOB_FRAGMENTS + (("jobs/_log.html",) if with_log else ())
+    return "".join(render_to_string(name, context) for name in names)
+
+
+def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, version: int) -> str:
+    """New log bytes as an element that ``live.js`` appends to the tail shown.
+
+    ``offset`` is where the bytes start in the attempt's log; the client
+    appends them only if it shows exactly ``offset`` bytes, asks for a
+    snapshot if it shows fewer (it missed a chunk) and drops them if it shows
+    more (a duplicate).
+    """
+    return render_to_string("jobs/_log_chunk.html", {
+        "pk": job_id, "attempt": attempt, "offset": offset, "end": offset + len(data),
+        "text": data.decode("utf-8", errors="replace"), "version": version,
+    })
+
+
+def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
+    """What one row of "My jobs" shows; ``job.money`` is set from its leases."""
+    stamp = stamp_ms() if stamp is None else stamp
+    job.money = job_money(job.leases.all(), timezone.now())
+    return {"job": job, "version": f"{job.event_seq} {stamp}"}
+
+
+def render_row(job: Job, *, stamp: int | None = None) -> str:
+    """One row of "My jobs" (``<tr id="job-row-N">``)."""
+    return render_to_string("jobs/_row.html", list_row_context(job, stamp=stamp))
+
+
+def render_status(job: Job, *, stamp: int | None = None) -> str:
+    """Only the job page's status part (state, queue place, steps): what a scheduling cycle changes."""
+    stamp = stamp_ms() if stamp is None else stamp
+    return render_to_string("jobs/_status.html", {"job": job, "steps": job_steps(job),
+                                                  "version": f"{job.event_seq} {stamp}"})

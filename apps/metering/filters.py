@@ -1,0 +1,80 @@
+"""The usage filters (django-filter): local days, GPU model, outcome."""
+from __future__ import annotations
+
+from datetime import timedelta, tzinfo
+
+import django_filters
+from django import forms
+from django.db.models import F, Q, QuerySet
+
+from apps.jobs.choices import EndReason, Outcome
+
+from .days import local_midnight
+from .models import Lease
+
+RUNNING = "running"
+OUTCOME_CHOICES = [(RUNNING, "Running"), *Outcome.choices]
+
+
+class UsageFilterForm(forms.Form):
+    """The filters' form: the last day may not come before the first."""
+
+    def clean(self):
+        data = super().clean()
+        if data.get("from") and data.get("to") and data["to"] < data["from"]:
+            self.add_error("to", "Must be on or after the first day.")
+        return data
+
+
+class UsageFilter(django_filters.FilterSet):
+    """``?from=YYYY-MM-DD&to=YYYY-MM-DD&gpu_model=H100-80GB&outcome=succeeded``.
+
+    ``from``/``to``: leases rented on those local days (in ``tz``), both included.
+    ``outcome``: ``running`` (still holding GPUs) or a job outcome; a lease of an
+    earlier attempt ended by node loss counts as ``node_lost``.
+    Build it with ``queryset`` (the user's own leases) and ``tz``.
+    """
+
+    gpu_model = django_filters.ChoiceFilter(label="GPU model", empty_label="Any model")
+    outcome = django_filters.ChoiceFilter(label="Outcome", choices=OUTCOME_CHOICES, method="filter_outcome",
+                                          empty_label="Any outcome")
+
+    class Meta:
+        model = Lease
+        fields: list[str] = []
+        form = UsageFilterForm
+
+    def __init__(self, data=None, queryset: QuerySet[Lease] | None = None, *, tz: tzinfo, **kwargs):
+        self.tz = tz
+        super().__init__(data, queryset, **kwargs)
+        models = sorted(set(queryset.values_list("gpu_model", flat=True))) if queryset is not None else []
+        self.filters["gpu_model"].extra["choices"] = [(m, m) for m in models]
+
+    def filter_start(self, queryset, name, value):
+        return queryset.filter(rented_at__gte=local_midnight(value, self.tz))
+
+    def filter_end(self, queryset, name, value):
+        return queryset.filter(rented_at__lt=local_midnight(value + timedelta(days=1), self.tz))
+
+    def filter_outcome(self, queryset, name, value):
+        if value == RUNNING:
+            return queryset.filter(released_at__isnull=True)
+        if value == Outcome.NODE_LOST:
+            return queryset.filter(released_at__isnull=False).filter(
+                Q(job__outcome=Outcome.NODE_LOST) | ~Q(attempt=F("job__attempt")) & Q(end_reason=EndReason.NODE_LOST))
+        return queryset.filter(released_at__isnull=False, attempt=F("job__attempt"), job__outcome=value)
+
+    def days(self):
+        """The first and last local day asked for (either may be None); (None, None) if invalid."""
+        if not self.is_bound or not self.form.is_valid():
+            return None, None
+        return self.form.cleaned_data.get("from"), self.form.cleaned_data.get("to")
+
+
+# "from" is a Python keyword, so the date filters are put in by name.
+_date = {"widget": forms.DateInput(attrs={"type": "date"})}
+UsageFilter.base_filters = {
+    "from": django_filters.DateFilter(label="From", method="filter_start", **_date),
+    "to": django_filters.DateFilter(label="To", method="filter_end", **_date),
+    **UsageFilter.base_filters,
+}

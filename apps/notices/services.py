@@ -1,0 +1,42 @@
+"""Notices sent outside the browser: the e-mail when a job is released."""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.template.loader import render_to_string
+
+from .models import NoticePreference
+
+log = logging.getLogger(__name__)
+
+
+def email_on_release(user) -> bool:
+    """Whether ``user`` asked for an e-mail when their jobs are released (default: no)."""
+    return NoticePreference.objects.filter(owner=user, email_on_release=True).exists()
+
+
+def preference_set(*, user, email_on_release: bool) -> NoticePreference:
+    """Store ``user``'s choice; idempotent."""
+    pref, _ = NoticePreference.objects.update_or_create(owner=user, defaults={"email_on_release": email_on_release})
+    return pref
+
+
+def release_email_send(*, job_id: int) -> bool:
+    """E-mail the owner of released job ``job_id`` if they asked for it and have an address.
+
+    Uses Django's mail backend (``EMAIL_BACKEND``: SMTP in production, the
+    console in standalone). Returns whether a mail was sent. Idempotent
+    enough for a task delivered twice: at worst a second identical mail.
+    """
+    from apps.jobs.choices import JobState
+    from apps.jobs.models import Job
+
+    job = Job.objects.select_related("owner").filter(pk=job_id, state=JobState.RELEASED).first()
+    if job is None or not job.owner.email or not email_on_release(job.owner):
+        return False
+    context = {"job": job, "url": settings.E31_SITE_URL.rstrip("/") + job.get_absolute_url()}
+    subject = f"Job {job.pk} ({job.name}) released: {job.get_outcome_display() or 'done'}"
+    send_mail(subject, render_to_string("notices/release_email.txt", context), None, [job.owner.email])
+    return True

@@ -1,0 +1,38 @@
+"""``POST /api/v1/agent/prestage/``: an agent's progress pre-staging queued jobs' inputs.
+
+Body ``{"jobs": [{"job_id", "state", "bytes_done", "bytes_total", "message"}]}``;
+answer ``{"prestage": [job ids this node should still pre-stage]}``
+(docs/agent-protocol.md, "Pre-staging"). Node token only.
+"""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from apps.jobs.models import JobPrestage
+from apps.jobs.prestage import prestage_report
+
+from .views import AgentView
+
+
+class PrestageItemSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(min_value=1)
+    state = serializers.ChoiceField(choices=[JobPrestage.State.FETCHING, JobPrestage.State.DONE,
+                                             JobPrestage.State.FAILED])
+    bytes_done = serializers.IntegerField(min_value=0, default=0)
+    bytes_total = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class PrestageReportSerializer(serializers.Serializer):
+    jobs = PrestageItemSerializer(many=True, max_length=1000)
+
+
+@extend_schema(exclude=True)
+class PrestageView(AgentView):
+    def post(self, request):
+        ser = PrestageReportSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        wanted = prestage_report(node=self.node, items=[dict(i) for i in ser.validated_data["jobs"]])
+        return Response({"prestage": wanted})

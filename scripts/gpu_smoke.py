@@ -1,0 +1,120 @@
+"""GPU smoke test: the standalone site plus one agent with real NVML discovery take a real CUDA job
+(a PyTorch matrix product) through the five steps. Run on a machine with an NVIDIA GPU and PyTorch:
+
+    .venv/bin/python scripts/gpu_smoke.py        # or scripts/gpu_smoke.sh
+
+It prints the agent's inventory and GPU health, the job's log, its bundle's manifest and lease,
+and exits non-zero when a step fails. Everything lives in a temporary var dir (SQLite).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR / "agent"))
+
+from e31_agent.inventory import collect, gpu_health  # noqa: E402
+
+JOB = """
+import json, torch
+assert torch.cuda.is_available(), "no CUDA"
+dev = torch.device("cuda")
+a = torch.randn(4096, 4096, device=dev); b = torch.randn(4096, 4096, device=dev)
+torch.cuda.synchronize(); import time; t = time.perf_counter()
+for _ in range(20): c = a @ b
+torch.cuda.synchronize(); dt = time.perf_counter() - t
+tflops = 20 * 2 * 4096**3 / dt / 1e12
+info = {"device": torch.cuda.get_device_name(0), "visible": __import__("os").environ["CUDA_VISIBLE_DEVICES"],
+        "tflops_fp32": round(tflops, 1), "checksum": float(c.sum())}
+print(json.dumps(info)); json.dump(info, open("result.json", "w"))
+"""
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main() -> int:
+    var = Path(tempfile.mkdtemp(prefix="e31-gpu-smoke-"))
+    inventory = collect(workdir=var, simulate=None)
+    print("inventory:", json.dumps([g.__dict__ for g in inventory.gpus]))
+    print("health:", json.dumps(gpu_health(inventory)))
+    if not inventory.gpus:
+        print("no GPU found through NVML", file=sys.stderr)
+        return 1
+    model = inventory.gpus[0].model
+    port = 18000 + os.getpid() % 1000
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "E31_CELERY_EAGER")}
+    env.update(E31_VAR_DIR=str(var), E31_PORT=str(port), E31_DEMO_PASSWORD="gpu-smoke-pw", PYTHONUNBUFFERED="1")
+    manage(env, "migrate", "--noinput")
+    site = subprocess.Popen([sys.executable, "manage.py", "standalone"], cwd=BASE_DIR, env=env,
+                            stdout=open(var / "site.log", "wb"), stderr=subprocess.STDOUT)
+    agent = None
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/accounts/login/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        token = manage(env, "issue_node_token", "gpu-real")
+        agent = subprocess.Popen([sys.executable, "-m", "e31_agent.cli", "--server", url, "--workdir",
+                                  str(var / "agents" / "gpu-real")], cwd=BASE_DIR,
+                                 env={**env, "E31_NODE_TOKEN": token},
+                                 stdout=open(var / "gpu-agent.log", "wb"), stderr=subprocess.STDOUT)
+        api = httpx.Client(base_url=url, timeout=30,
+                           headers={"Authorization": f"Token {manage(env, 'issue_token', 'demo')}"})
+        doc = {"name": "gpu-smoke", "work": {"command": f"python - <<'PY'\n{JOB}\nPY"},
+               "compute": {"gpus": 1, "gpu_model": [model], "time_limit": "10m"},
+               "output": {"paths": ["result.json"]}}
+        deadline = time.monotonic() + 60
+        while True:  # the agent must have registered its GPU before the spec can name the model
+            resp = api.post("/api/v1/jobs/", json=doc)
+            if resp.status_code == 201 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert resp.status_code == 201, resp.text
+        job_id = resp.json()["id"]
+        deadline = time.monotonic() + 600
+        while (job := api.get(f"/api/v1/jobs/{job_id}/").json())["state"] != "released":
+            assert time.monotonic() < deadline, job
+            time.sleep(1)
+        print("job:", json.dumps({k: job[k] for k in ("state", "outcome", "exit_code", "billed_seconds", "cost")}))
+        print("log:", api.get(f"/api/v1/jobs/{job_id}/logs/").text.strip())
+        bundle = api.get(f"/api/v1/jobs/{job_id}/bundle/").content
+        assert hashlib.sha256(bundle).hexdigest() == job["bundle"]["sha256"]
+        with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
+            print("manifest:", tar.extractfile("manifest.json").read().decode())
+            result = json.loads(tar.extractfile("result.json").read())
+        assert job["outcome"] == "succeeded", job
+        assert result["visible"] == inventory.gpus[0].uuid or result["visible"].startswith("GPU-"), result
+        print("SMOKE OK:", json.dumps(result))
+        return 0
+    finally:
+        for proc in (agent, site):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        print(f"logs in {var}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

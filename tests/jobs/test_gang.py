@@ -1,0 +1,63 @@
+"""Multi-node jobs through the report service: each rank's reports count, the gang ends as one."""
+import pytest
+
+from apps.jobs.models import AgentReport, Job
+from apps.jobs.services import agent_report, gang_stops_for, job_submit
+from apps.metering.models import Lease
+from apps.pool.api.views import work_with_gang_stops
+
+from ..factories import spec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Rank:
+    """Plays the agent of one rank; every rank numbers its reports from 1."""
+
+    def __init__(self, lease):
+        self.lease = lease
+        self.seq = 0
+
+    def say(self, type_, **extra):
+        self.seq += 1
+        return agent_report(node=self.lease.node, job_id=self.lease.job_id,
+                            report={"attempt": self.lease.attempt, "seq": self.seq, "type": type_, **extra})
+
+
+@pytest.fixture
+def gang(owner, pool):
+    job = job_submit(owner=owner, document=spec(compute={"gpus": 1, "nodes": 2, "time_limit": "10m"}))
+    ranks = [Rank(lease) for lease in Lease.objects.filter(job=job).order_by("node_rank")]
+    assert len(ranks) == 2
+    return job, ranks
+
+
+def test_reports_of_two_ranks_with_the_same_seq_both_count(gang):
+    job, (r0, r1) = gang
+    assert r0.say("accepted") and r1.say("accepted")  # both seq 1: neither is a duplicate
+    assert not r0.lease.node == r1.lease.node
+    assert all(Lease.objects.filter(job=job).values_list("accepted_at", flat=True))
+    assert AgentReport.objects.filter(job=job).count() == 2
+
+
+def test_a_failed_rank_stops_the_others_and_the_gang_ends_as_one(gang):
+    job, (r0, r1) = gang
+    for rank in (r0, r1):
+        rank.say("accepted")
+        rank.say("running")
+    ref = {"job_id": job.pk, "attempt": 1}
+    assert gang_stops_for(r0.lease.node) == []
+    r1.say("exited", exit_code=3, reason="exit")
+    assert Job.objects.get(pk=job.pk).state == "output"
+    assert gang_stops_for(r0.lease.node) == [ref]  # rank 0 is told to stop...
+    assert ref in work_with_gang_stops(r0.lease.node)["cancel"]
+    assert gang_stops_for(r1.lease.node) == []  # ...rank 1 has stopped already
+    r1.say("finished")
+    assert Job.objects.get(pk=job.pk).state == "output"  # rank 0 still packs its outputs
+    assert Lease.objects.get(pk=r0.lease.pk).released_at is None
+    r0.say("exited", exit_code=143, reason="cancelled")
+    assert gang_stops_for(r0.lease.node) == []
+    r0.say("finished")
+    job = Job.objects.get(pk=job.pk)
+    assert (job.state, job.outcome, job.exit_code) == ("released", "failed", 3)
+    assert not Lease.objects.filter(job=job, released_at__isnull=True).exists()

@@ -1,0 +1,155 @@
+"""Pre-staging on the planned node, staging seconds on the lease, progress on the page and API."""
+from __future__ import annotations
+
+import pytest
+from django.core.files.base import ContentFile
+from rest_framework.test import APIClient
+
+from apps.artifacts.services import upload_create
+from apps.jobs.models import Job, JobPrestage
+from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services import agent_report, job_cancel, job_submit
+from apps.metering.models import Lease
+from apps.pool.models import Node
+from apps.pool.scheduling import schedule_cycle
+from apps.pool.selectors import agent_work_for
+from apps.pool.services import node_token_issue
+
+from ..factories import spec
+
+pytestmark = pytest.mark.django_db
+
+
+def _node_client(name: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Node {node_token_issue(name=name)}")
+    return client
+
+
+@pytest.fixture
+def upload(owner):
+    return upload_create(owner=owner, name="frames.bin", fileobj=ContentFile(b"f" * 5000, name="frames.bin"))
+
+
+@pytest.fixture
+def blocked(owner, pool, upload):
+    """Job A holds all of node-a's H100s; job B, which needs them with an input, waits reserved there."""
+    running = job_submit(owner=owner, document=spec(compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "1h"}))
+    schedule_cycle()
+    waiting = job_submit(owner=owner, document=spec(
+        compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "10m"},
+        data=[{"source": upload.source, "target": "data/"}]))
+    schedule_cycle()
+    running.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (running.state, waiting.state) == ("rented", "queued")
+    return running, waiting
+
+
+def test_a_reserved_job_is_pre_staged_on_its_planned_node(blocked, pool, upload):
+    _, waiting = blocked
+    node_a, node_b = pool
+    [row] = JobPrestage.objects.filter(job=waiting)
+    assert row.node == node_a and row.state == "planned"
+    offers = agent_work_for(node_a)["prestage"]
+    assert offers == [{"job_id": waiting.pk, "data": waiting.spec["data"], "new": True}]
+    assert agent_work_for(node_b)["prestage"] == []
+    prestage_mark_offered(node_a, [waiting.pk])
+    assert agent_work_for(node_a)["prestage"][0]["new"] is False
+    # the planned node may fetch the upload before any lease exists; another node may not
+    assert _node_client("node-a").get(f"/api/v1/agent/uploads/{upload.pk}/").status_code == 200
+    assert _node_client("node-b").get(f"/api/v1/agent/uploads/{upload.pk}/").status_code == 404
+
+
+def test_jobs_without_inputs_are_not_pre_staged(owner, pool):
+    job_submit(owner=owner, document=spec(compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "1h"}))
+    schedule_cycle()
+    job_submit(owner=owner, document=spec(compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "1h"}))
+    schedule_cycle()
+    assert not JobPrestage.objects.exists()
+
+
+def test_progress_reports_show_on_the_api_and_the_page(blocked, api, owner):
+    _, waiting = blocked
+    agent = _node_client("node-a")
+    resp = agent.post("/api/v1/agent/prestage/", {"jobs": [
+        {"job_id": waiting.pk, "state": "fetching", "bytes_done": 2000, "bytes_total": 5000}]}, format="json")
+    assert resp.status_code == 200 and resp.json() == {"prestage": [waiting.pk]}
+    staging = api.get(f"/api/v1/jobs/{waiting.pk}/").json()["staging"]
+    assert staging == {"phase": "prestage", "bytes_done": 2000, "bytes_total": 5000, "rate_bytes_per_s": None,
+                       "percent": 40, "nodes": ["node-a"], "state": "fetching", "message": ""}
+    agent.post("/api/v1/agent/prestage/", {"jobs": [
+        {"job_id": waiting.pk, "state": "done", "bytes_done": 5000, "bytes_total": 5000}]}, format="json")
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(owner)
+    page = browser.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "pre-staged on node-a" in page and "4.9\xa0KB of 4.9\xa0KB" in page
+
+
+def test_a_report_for_another_node_or_job_changes_nothing(blocked):
+    _, waiting = blocked
+    resp = _node_client("node-b").post("/api/v1/agent/prestage/", {"jobs": [
+        {"job_id": waiting.pk, "state": "done", "bytes_done": 1, "bytes_total": 1}]}, format="json")
+    assert resp.status_code == 200 and resp.json() == {"prestage": []}
+    assert JobPrestage.objects.get(job=waiting).state == "planned"
+    bad = _node_client("node-a").post("/api/v1/agent/prestage/", {"jobs": [{"job_id": "x"}]}, format="json")
+    assert bad.status_code == 400 and "jobs" in bad.json()
+
+
+def test_the_rows_go_when_the_job_is_cancelled(blocked):
+    running, waiting = blocked
+    job_cancel(job=waiting)
+    schedule_cycle()
+    assert not JobPrestage.objects.exists()
+
+
+def test_the_rows_go_once_the_job_is_rented(blocked):
+    running, waiting = blocked
+    Lease.objects.filter(job=running).update(released_at=running.rented_at)
+    from apps.metering.models import LeaseGpu
+
+    LeaseGpu.objects.filter(lease__job=running).update(open=False)
+    schedule_cycle()
+    waiting.refresh_from_db()
+    assert waiting.state == "rented" and not JobPrestage.objects.exists()
+    assert agent_work_for(Node.objects.get(name="node-a"))["prestage"] == []
+
+
+def _rented_with_input(owner, pool, upload) -> tuple[Job, Lease]:
+    job = job_submit(owner=owner, document=spec(data=[{"source": upload.source}]))
+    schedule_cycle()
+    lease = Lease.objects.get(job=job)
+    return job, lease
+
+
+def _say(lease, seq, type_, **extra):
+    agent_report(node=lease.node, job_id=lease.job_id, report={"attempt": 1, "seq": seq, "type": type_, **extra})
+
+
+def test_inputs_all_in_the_cache_bill_no_staging_seconds(owner, pool, upload):
+    job, lease = _rented_with_input(owner, pool, upload)
+    _say(lease, 1, "accepted")
+    _say(lease, 2, "staging", bytes_done=5000, bytes_total=5000, bytes_fetched=0, bytes_cached=5000)
+    _say(lease, 3, "running", pid=1)
+    lease.refresh_from_db()
+    assert lease.staging_seconds == 0
+
+
+def test_downloads_on_the_meter_are_counted_as_staging_seconds(owner, pool, upload):
+    from datetime import timedelta
+
+    job, lease = _rented_with_input(owner, pool, upload)
+    _say(lease, 1, "accepted")
+    _say(lease, 2, "staging", bytes_done=1000, bytes_total=5000, bytes_fetched=1000, bytes_cached=0)
+    lease.refresh_from_db()
+    assert lease.staging_seconds >= 1
+    Lease.objects.filter(pk=lease.pk).update(accepted_at=lease.accepted_at - timedelta(seconds=7))  # 7 s ago
+    _say(lease, 3, "staging", bytes_done=5000, bytes_total=5000, bytes_fetched=5000, bytes_cached=0)
+    job.refresh_from_db()
+    assert job.staging_rate_bps and job.staging_rate_bps > 0
+    assert job.staging_progress.phase == "staging" and job.staging_progress.percent == 100
+    _say(lease, 4, "running", pid=1)
+    lease.refresh_from_db()
+    assert 8 <= lease.staging_seconds <= 10
