@@ -7,6 +7,9 @@ import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
+from django.utils import timezone
+
+from apps.metering.accounts import user_tz
 
 SNAPSHOT_MIN_INTERVAL_S = 1.0  # a client asking faster gets one snapshot a second, the last one late
 MAX_CLIENT_MESSAGE = 1024  # bytes; clients only ever send {"snapshot": true}
@@ -77,6 +80,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         else:
             self.snapshot_due = asyncio.create_task(self._snapshot_later(wait))
 
+    def _snapshot_local(self, user, **kwargs) -> str:
+        """:meth:`snapshot` with times in the user's own time zone, as their pages show them."""
+        with timezone.override(user_tz(user)):
+            return self.snapshot(user, **kwargs)
+
     async def _snapshot_later(self, wait: float) -> None:
         await asyncio.sleep(wait)
         await self._join()
@@ -92,7 +100,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _send_snapshot(self) -> None:
         self.last_snapshot = time.monotonic()
-        html = await database_sync_to_async(self.snapshot)(self.scope["user"], **self.scope["url_route"]["kwargs"])
+        html = await database_sync_to_async(self._snapshot_local)(self.scope["user"],
+                                                                 **self.scope["url_route"]["kwargs"])
         await self.send(text_data=html)
 
     # --- for subclasses (run in a thread, may read the database) ---

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -105,26 +106,33 @@ def queue_changed(job_ids: Iterable[int]) -> None:
 # --- rendering and sending ---------------------------------------------------
 def publish_job(job_id: int) -> None:
     """Render job ``job_id``'s page fragments and row as they are now and send them."""
+    from apps.metering.accounts import user_tz
+
     from .fragments import render_job_fragments, render_row, stamp_ms
     from .models import Job
 
     stamp = stamp_ms()  # before the read: a later read always carries a later stamp
-    job = Job.objects.filter(pk=job_id).prefetch_related("leases").first()
+    job = Job.objects.filter(pk=job_id).select_related("owner").prefetch_related("leases").first()
     if job is None:
         return
-    _send([(job_group(job.pk), render_job_fragments(job, with_log=False, stamp=stamp))])  # the page first
-    _send([(user_group(job.owner_id), render_row(job, stamp=stamp))])
+    with timezone.override(user_tz(job.owner)):  # only the owner sees these fragments
+        page, row = render_job_fragments(job, with_log=False, stamp=stamp), render_row(job, stamp=stamp)
+    _send([(job_group(job.pk), page)])  # the page first
+    _send([(user_group(job.owner_id), row)])
 
 
 def publish_queue(job_ids: list[int]) -> None:
     """Send each owner of ``job_ids`` one message: the queue part and the row of each of their jobs."""
+    from apps.metering.accounts import user_tz
+
     from .fragments import render_row, render_status, stamp_ms
     from .models import Job
 
     stamp = stamp_ms()
     by_owner: dict[int, list[str]] = defaultdict(list)
-    for job in Job.objects.filter(pk__in=job_ids).prefetch_related("leases").order_by("pk"):
-        by_owner[job.owner_id] += [render_status(job, stamp=stamp), render_row(job, stamp=stamp)]
+    for job in Job.objects.filter(pk__in=job_ids).select_related("owner").prefetch_related("leases").order_by("pk"):
+        with timezone.override(user_tz(job.owner)):
+            by_owner[job.owner_id] += [render_status(job, stamp=stamp), render_row(job, stamp=stamp)]
     _send([(user_group(owner), "".join(parts)) for owner, parts in by_owner.items()])
 
 

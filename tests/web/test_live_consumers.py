@@ -138,6 +138,26 @@ def test_it_sends_a_snapshot_first_then_every_change_with_rising_versions(owner)
     run(scenario)
 
 
+def test_snapshots_and_pushes_show_times_in_the_owners_time_zone(owner):
+    from apps.metering.accounts import profile_set_time_zone
+    profile_set_time_zone(owner=owner, time_zone="Asia/Tokyo")
+    job = rented_job(owner)
+
+    async def scenario():
+        comm = communicator(f"/ws/jobs/{job.pk}/", await db(cookie_of, owner))
+        assert (await comm.connect())[0]
+        snapshot = await comm.receive_from(TIMEOUT)
+        agent = await db(Agent, job)
+        await db(agent.say, "running")
+        pushed = await comm.receive_from(TIMEOUT)
+        for html in (snapshot, pushed):
+            stamps = re.findall(r'<time datetime="([^"]+)"', html)
+            assert stamps and all(t.endswith("+09:00") for t in stamps), stamps
+        await comm.disconnect()
+
+    run(scenario)
+
+
 def test_it_pushes_log_chunks_at_their_offsets_and_asks_nothing_twice(owner):
     job = rented_job(owner)
 
