@@ -307,7 +307,10 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
     """
     if not isinstance(document, Mapping):
         raise SpecError({"spec": ["Must be a mapping with name, work, data, compute and output."]})
-    nul = _nul_paths(document)
+    try:
+        nul = _nul_paths(document)
+    except RecursionError:
+        raise SpecError({"spec": ["Is nested too deeply."]}) from None
     if nul:
         raise SpecError({path: ["Must not contain a NUL character."] for path in nul})
     try:
@@ -340,11 +343,22 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """YAML for specs: duplicate keys are errors, ``1:30`` and ``2024-01-01`` stay strings.
+    """YAML for specs: duplicate keys are errors, ``1:30`` and ``2024-01-01`` stay strings,
+    and aliases (``*name``) are refused.
 
     PyYAML follows YAML 1.1, where ``1:30`` is the base-60 number 90 and a
     bare date becomes a date object; neither is what someone writing a spec means.
+    Aliases are refused because a few lines of them expand into billions of
+    nodes ("billion laughs") or into a structure that contains itself.
     """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in a job spec; write the value out",
+                event.start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         seen = set()

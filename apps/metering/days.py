@@ -11,6 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
+FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9998, 12, 31)  # any zone's midnights fit in datetime
+
+
+def validate_day(day: date) -> None:
+    """Form validator for a day asked for in a filter.
+
+    Raises:
+        django.core.exceptions.ValidationError: the day is before 1900 or after 9998, where
+            a local midnight in some zone falls outside what a datetime can hold.
+    """
+    if not FIRST_DAY <= day <= LAST_DAY:
+        from django.core.exceptions import ValidationError
+
+        raise ValidationError(f"Must be between {FIRST_DAY:%Y-%m-%d} and {LAST_DAY:%Y-%m-%d}.")
+
 
 def local_midnight(day: date, tz: tzinfo) -> datetime:
     """The instant (UTC) the local ``day`` starts in ``tz``."""

@@ -9,7 +9,7 @@ from django.db.models import F, Q, QuerySet
 
 from apps.jobs.choices import EndReason, Outcome
 
-from .days import local_midnight
+from .days import local_midnight, validate_day
 from .models import Lease
 
 RUNNING = "running"
@@ -72,7 +72,7 @@ class UsageFilter(django_filters.FilterSet):
 
 
 # "from" is a Python keyword, so the date filters are put in by name.
-_date = {"widget": forms.DateInput(attrs={"type": "date"})}
+_date = {"widget": forms.DateInput(attrs={"type": "date"}), "validators": [validate_day]}
 UsageFilter.base_filters = {
     "from": django_filters.DateFilter(label="From", method="filter_start", **_date),
     "to": django_filters.DateFilter(label="To", method="filter_end", **_date),

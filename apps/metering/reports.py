@@ -25,7 +25,7 @@ from django.db.models import Count, Q
 from apps.pool.models import Gpu
 
 from . import billing
-from .days import local_midnight, split_by_day
+from .days import local_midnight, split_by_day, validate_day
 from .models import Lease, NodeDowntime
 from .statements import line_pieces, statement_of
 
@@ -41,10 +41,9 @@ class ReportFilterForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # "from" is a Python keyword, hence not a class attribute.
-        self.fields["from"] = forms.DateField(required=False, label="From",
-                                              widget=forms.DateInput(attrs={"type": "date"}))
-        self.fields["to"] = forms.DateField(required=False, label="To",
-                                            widget=forms.DateInput(attrs={"type": "date"}))
+        for name, label in (("from", "From"), ("to", "To")):
+            self.fields[name] = forms.DateField(required=False, label=label, validators=[validate_day],
+                                                widget=forms.DateInput(attrs={"type": "date"}))
 
     def clean(self):
         data = super().clean()

@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.jobs.spec import format_duration, parse_duration
+from apps.jobs.spec import MAX_GPUS_PER_NODE, MAX_NODES, format_duration, parse_duration
 from apps.pool.scheduler.matching import model_matches
 from apps.pool.selectors import pool_summary
 
@@ -171,8 +171,9 @@ def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None
         gpus = _typed_int(gpus)
     if isinstance(nodes, str):
         nodes = _typed_int(nodes) if nodes.strip() else 1
-    if type(gpus) is not int or type(nodes) is not int or gpus < 1 or nodes < 1:
-        return None
+    if type(gpus) is not int or type(nodes) is not int or not (1 <= gpus <= MAX_GPUS_PER_NODE) \
+            or not (1 <= nodes <= MAX_NODES):
+        return None  # the validator names the field; no price for what no spec may ask
     try:
         seconds = parse_duration(compute.get("time_limit"))
     except (TypeError, ValueError, AttributeError):

@@ -33,6 +33,13 @@ def test_it_explains_broken_yaml(api, pool):
     assert "line" in resp.json()["spec"][0]
 
 
+@pytest.mark.parametrize("text", ["a: &x [*x]", "a: &a [1, 1]\nb: [*a, *a]"])
+def test_it_refuses_yaml_aliases_without_expanding_them(api, pool, text):
+    resp = api.post("/api/v1/jobs/?dry_run=1", text, content_type="application/yaml")
+    assert resp.status_code == 400
+    assert "aliases" in resp.json()["spec"][0]
+
+
 def test_it_accepts_multipart_with_attached_files(api, pool):
     script = SimpleUploadedFile("train.py", b"print('hi')\n")
     doc = spec(data=[{"source": "upload:train.py", "target": "train.py"}])

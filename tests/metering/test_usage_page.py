@@ -177,3 +177,16 @@ def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(web, user, se
     assert 'href="?gpu_model=H100-80GB&amp;page=2"' in first
     assert _page_total(first) == _page_total(second) == Decimal("0.12")  # 3 x 60 s x 2.49 / 3600 = 0.1245
     assert len(_csv(web.get("/usage/csv/?gpu_model=H100-80GB&page=2"))) == 3
+
+
+@pytest.mark.parametrize("query", ["to=9999-12-31", "from=0001-01-01"])
+def test_days_out_of_range_are_a_field_error_not_a_crash(web, user, query):
+    AccountProfile.objects.create(owner=user, time_zone="Asia/Kolkata")
+    for path in ("/usage/", "/usage/csv/"):
+        resp = web.get(f"{path}?{query}")
+        assert resp.status_code in (200, 400), path
+    assert "Must be between 1900-01-01 and 9998-12-31" in web.get(f"/usage/?{query}").content.decode()
+    staff = UserFactory(username="ops", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    assert client.get(f"/usage/report/?{query}").status_code in (200, 400)

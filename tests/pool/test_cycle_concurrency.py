@@ -64,9 +64,9 @@ def test_policy_settings_override_the_core_defaults_field_by_field(settings):
 
     settings.E31_POLICY_OVERRIDES = {}
     assert policy_config().reservation_depth == PolicyConfig().reservation_depth
-    settings.E31_POLICY_OVERRIDES = {"reservation_depth": "3", "head_by_limit": "true", "guard_after_s": "none"}
+    settings.E31_POLICY_OVERRIDES = {"reservation_depth": "3", "backfill_by_limit": "false", "guard_after_s": "none"}
     config = policy_config()
-    assert (config.reservation_depth, config.head_by_limit, config.guard_after_s) == (3, True, None)
+    assert (config.reservation_depth, config.backfill_by_limit, config.guard_after_s) == (3, False, None)
     settings.E31_POLICY_OVERRIDES = {"bogus": "1"}
     with pytest.raises(ImproperlyConfigured):
         policy_config()

@@ -70,13 +70,24 @@ def test_a_long_job_does_not_pass_the_reserved_top_jobs_but_a_short_one_does():
     assert [p.job_id for p in d.placements] == [2]
 
 
-def test_a_young_head_is_planned_by_predictions_and_an_old_one_guarded_by_time_limits():
-    """EASY++ (Tsafrir et al. 2007): backfill is judged by predictions, also on the head's GPUs; once
-    the head has waited ``starvation_s`` it also keeps EASY's start by time limits, so backfill that
-    outlives its prediction cannot push it further."""
+def test_backfill_is_judged_by_time_limits_so_no_reservation_is_delayed():
+    """SPEC §5: a job backfills only if, by its declared time limit, it delays no reservation,
+    however short its predicted run."""
+    nodes = [node(1, 8, busy_until=(NOW + 600,) * 6)]
+    config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0)  # job 1 stays the head
+    d = schedule([job(1, 8), job(2, 2, limit=7200, predicted_runtime_s=300)], nodes, NOW, config)
+    assert d.placements == [] and d.reservations[0].job_id == 1
+    d = schedule([job(1, 8), job(2, 2, limit=500, predicted_runtime_s=300)], nodes, NOW, config)
+    assert [p.job_id for p in d.placements] == [2]  # ends by its limit before the head's start
+
+
+def test_easy_plus_plus_judges_by_predictions_and_guards_an_old_head_by_time_limits():
+    """With backfill_by_limit off, EASY++ (Tsafrir et al. 2007): backfill is judged by predictions,
+    also on the head's GPUs; once the head has waited ``starvation_s`` it also keeps EASY's start by
+    time limits, so backfill that outlives its prediction cannot push it further."""
     nodes = [node(1, 8, busy_until=(NOW + 600,) * 6)]
     short_by_prediction = job(2, 2, limit=7200, predicted_runtime_s=300)
-    config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0)  # job 1 stays the head
+    config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0, backfill_by_limit=False)
     d = schedule([job(1, 8), short_by_prediction], nodes, NOW, config)
     assert [p.job_id for p in d.placements] == [2]
     old_head = job(1, 8, submitted=NOW - config.starvation_s)
@@ -85,13 +96,13 @@ def test_a_young_head_is_planned_by_predictions_and_an_old_one_guarded_by_time_l
     assert d.pending[1].reason == "waiting for 2 GPUs on one node that no reserved job needs first"
     d = schedule([old_head, job(2, 2, limit=500, predicted_runtime_s=300)], nodes, NOW, config)
     assert [p.job_id for p in d.placements] == [2]  # ends by its limit before the head's start
-    d = schedule([job(1, 8), short_by_prediction], nodes, NOW, replace(config, head_by_limit=True))
-    assert d.placements == []  # the former rule: the head's GPUs always judged by time limits
+    d = schedule([job(1, 8), short_by_prediction], nodes, NOW, replace(config, backfill_by_limit=True))
+    assert d.placements == []  # the default rule
 
 
 def test_backfill_tries_the_shortest_predicted_job_first_and_positions_keep_priority_order():
     nodes = [node(1, 8, busy_until=(NOW + 600,) * 6)]
-    queue = [job(1, 8), job(2, 2, predicted_runtime_s=400), job(3, 2, predicted_runtime_s=100)]
+    queue = [job(1, 8), job(2, 2, limit=500, predicted_runtime_s=400), job(3, 2, limit=500, predicted_runtime_s=100)]
     config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0)  # priority = submit order
     d = schedule(queue, nodes, NOW, config)
     assert [p.job_id for p in d.placements] == [3]

@@ -119,6 +119,15 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_lost(web, node):
     assert re.search(r'<option value="training" selected>', html)
 
 
+def test_absurd_gpu_counts_get_no_price_and_a_field_error(web, node):
+    huge = "9" * 24
+    resp = web.get(f"/jobs/new/estimate/?gpus={huge}&nodes=1&time_limit=1h")
+    assert resp.status_code == 200
+    resp = web.post("/jobs/new/", form_data(gpus=huge))
+    assert resp.status_code == 200 and not Job.objects.exists()
+    assert 'aria-invalid="true"' in field_html(resp.content.decode(), "gpus")
+
+
 def test_a_blank_form_says_what_is_required(web, node):
     data = form_data(name="", command="", gpus="", time_limit="", paths="", **BLANK_ROW)
     html = web.post("/jobs/new/", data).content.decode()

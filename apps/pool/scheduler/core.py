@@ -18,13 +18,14 @@ Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
     share, slowdown so far, operator boost; see :mod:`.priority`); the top
     ``reservation_depth`` jobs that cannot start get reservations planned
     with *predicted* run times; the jobs left are then tried shortest
-    predicted run first (SJBF), and one starts now only if, by its
-    prediction, it delays no reservation. Once the head has waited
-    ``starvation_s`` it is also *guarded* as in EASY: its start in the plan
-    by time limits is held too, and backfill on those GPUs is judged by time
-    limits, so jobs outliving their predictions cannot push it past the
-    start EASY would give it. The plan is rebuilt every cycle, so a job that
-    outlives its prediction only moves the plan.
+    predicted run first (SJBF), and one starts now only if, by its declared
+    time limit, it delays no reservation (SPEC §5). With
+    ``backfill_by_limit`` off, backfill is judged by predictions too (EASY++
+    proper); then a head that has waited ``starvation_s`` is also *guarded*
+    as in EASY: its start in the plan by time limits is held too, so jobs
+    outliving their predictions cannot push it past the start EASY would
+    give it. The plan is rebuilt every cycle, so a job that outlives its
+    prediction only moves the plan.
 
 Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
 that are up (see :mod:`.pool`). Every job not started gets a queue
@@ -100,7 +101,6 @@ class _Cycle:
         self.decision = Decision()
         self.waiting: list[tuple[JobRequest, str, float | None]] = []  # (job, why, reserved start)
         self.reserved_units: set[int] = set()
-        self.head_units: set[int] = set()
         self.guard_units: set[int] = set()   # the head's units in the plan by time limits (see guard)
         self.constrained: set[int] = set()   # reserved or guarded units
 
@@ -197,19 +197,18 @@ class _Cycle:
     def allowed(self, job: JobRequest, planned: float, limit: float):
         """The backfill test for one unit: ``job`` delays no reservation held there.
 
-        By the planned run time (the time limit under ``easy``); on the head
-        reservation's units by the time limit, as EASY does, so the head's
-        start is bounded by the limits of what runs.
+        By the job's declared time limit (SPEC §5, and EASY); by its planned
+        run time only under ``e31`` with ``backfill_by_limit`` off (EASY++).
         """
         k, now, pool = job.gpus_per_node, self.now, self.pool
-        reserved, head = self.reserved_units, self.head_units
-        by_limit = self.config.name != "e31" or self.config.head_by_limit
+        reserved = self.reserved_units
+        by_limit = self.config.name != "e31" or self.config.backfill_by_limit
         guard = self.guard_units
 
         def test(unit: Unit) -> bool:
             idx = unit.idx
             if idx in reserved:
-                duration = limit if by_limit and idx in head else planned
+                duration = limit if by_limit else planned
                 if pool.profile(unit).min_free(now, now + duration) < k:
                     return False
             return idx not in guard or pool.profile(unit, limits=True).min_free(now, now + limit) >= k
@@ -221,7 +220,6 @@ class _Cycle:
         self.reserved_units.update(units)
         self.constrained.update(units)
         if head:
-            self.head_units.update(units)
             guard_after = self.config.guard_after_s
             guard_after = self.config.starvation_s if guard_after is None else guard_after
             if self.predicting and self.now - job.submitted_at >= guard_after:

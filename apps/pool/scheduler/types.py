@@ -88,10 +88,13 @@ class PolicyConfig:
     (first come, first served among such jobs), so no job waits forever.
     ``backfill_order``: ``shortest`` (the jobs after the reserved ones are
     tried shortest planned run first, SJBF) or ``priority``.
-    ``head_by_limit``: backfill on the head reservation's GPUs is always
-    judged by time limits (the former rule); by default it is judged by
-    predictions, and a head that has waited ``guard_after_s`` (None: as long
-    as ``starvation_s``) is guarded by its start in the plan by time limits.
+    ``backfill_by_limit``: a job may backfill onto a reservation's GPUs only
+    if it delays no reservation *by its declared time limit* (SPEC §5; the
+    default). False gives EASY++ (Tsafrir et al. 2007): backfill judged by
+    predictions, which lowers mean slowdown but lets a job that outlives its
+    prediction delay a reservation; then a head that has waited
+    ``guard_after_s`` (None: as long as ``starvation_s``) is guarded by its
+    start in the plan by time limits.
     ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
     :mod:`.priority` (0 turns it off).
     Times in seconds.
@@ -106,7 +109,7 @@ class PolicyConfig:
     fairshare_half_life_s: float = 7 * 86400.0
     starvation_s: float = 6 * 3600.0
     backfill_order: str = "shortest"
-    head_by_limit: bool = False
+    backfill_by_limit: bool = True
     guard_after_s: float | None = None
     weight_slowdown: float = 1000.0
     slowdown_max: float = 50.0
