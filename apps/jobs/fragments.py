@@ -105,6 +105,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
         lease.rate = rate_text(lease.rate_per_gpu_hour)
     tail, tail_cut = log_tail(job)
     return {
+        "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases,
         "money": job_money(leases, timezone.now()), "steps": job_steps(job),
         "time_limit": format_duration(job.time_limit_s),

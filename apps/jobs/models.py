@@ -148,17 +148,22 @@ class JobEvent(models.Model):
 
 
 class LogChunk(models.Model):
-    """Bytes ``[offset, offset + len(data))`` of one attempt's combined log."""
+    """Bytes ``[offset, offset + len(data))`` of one attempt's combined log on node rank ``node_rank``.
+
+    Each rank of a multi-node job has a log of its own (own offsets); ``Job.log_size`` and
+    ``Job.log_truncated`` are rank 0's.
+    """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
     attempt = models.PositiveIntegerField()
+    node_rank = models.PositiveIntegerField(default=0)
     offset = models.BigIntegerField()
     data = models.BinaryField()
 
     class Meta:
         ordering = ["job", "attempt", "offset"]
         constraints = [
-            models.UniqueConstraint(fields=["job", "attempt", "offset"], name="log_chunk_offset_unique")
+            models.UniqueConstraint(fields=["job", "attempt", "node_rank", "offset"], name="log_chunk_offset_unique")
         ]
 
     def __str__(self) -> str:

@@ -318,19 +318,25 @@ REPORT_TYPES = tuple(_HANDLERS)
 
 
 def log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: bytes) -> int:
-    """Store bytes of the attempt's log at ``offset``; bytes already stored are skipped.
+    """Store bytes of the attempt's log on this node's rank at ``offset``; bytes already stored
+    are skipped.
 
-    Returns the log size now stored. The log is capped at ``E31_LOG_MAX_BYTES``;
-    the first chunk past the cap is cut and a marker line appended.
+    Returns the size of that rank's log now stored. Each rank's log is capped at
+    ``E31_LOG_MAX_BYTES``; the first chunk past the cap is cut and a marker line appended.
 
     Raises:
         Job.DoesNotExist / StaleAttempt: as :func:`agent_report`.
     """
     with transaction.atomic():
-        _lease_for(node, job_id, attempt)
+        rank = _lease_for(node, job_id, attempt).node_rank
         job = Job.objects.select_for_update().get(pk=job_id)
-        size = job.log_size
-        if job.log_truncated or offset + len(data) <= size:
+        if rank == 0:
+            size, cut = job.log_size, job.log_truncated
+        else:
+            last = LogChunk.objects.filter(job=job, attempt=attempt, node_rank=rank).order_by("-offset").first()
+            size = last.offset + len(last.data) if last else 0
+            cut = size > settings.E31_LOG_MAX_BYTES
+        if cut or offset + len(data) <= size:
             return size
         if offset > size:
             raise ValueError(f"offset {offset} is past the {size} bytes stored")
@@ -339,16 +345,20 @@ def log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: byte
         truncated = len(data) > room
         if truncated:
             data = data[:room] + b"\n[log cut: this job wrote more than the site keeps]\n"
-        LogChunk.objects.create(job=job, attempt=attempt, offset=size, data=data)
-        Job.objects.filter(pk=job.pk).update(log_size=size + len(data), log_truncated=truncated)
-        live.log_chunk_added(job.pk, attempt=attempt, offset=size, data=data, log_size=size + len(data))
+        LogChunk.objects.create(job=job, attempt=attempt, node_rank=rank, offset=size, data=data)
+        if rank == 0:  # the page's live tail is rank 0's
+            Job.objects.filter(pk=job.pk).update(log_size=size + len(data), log_truncated=truncated)
+            live.log_chunk_added(job.pk, attempt=attempt, offset=size, data=data, log_size=size + len(data))
         return size + len(data)
 
 
-def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int | None = None) -> bytes:
-    """Bytes of the job's log from ``offset`` (at most ``limit``), current attempt by default."""
+def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int | None = None,
+             rank: int = 0) -> bytes:
+    """Bytes of the job's log on node rank ``rank`` from ``offset`` (at most ``limit``), current
+    attempt by default."""
     attempt = attempt or job.attempt
-    chunks = LogChunk.objects.filter(job=job, attempt=attempt, offset__lt=offset + limit).order_by("offset")
+    chunks = LogChunk.objects.filter(job=job, attempt=attempt, node_rank=rank,
+                                     offset__lt=offset + limit).order_by("offset")
     out = bytearray()
     for chunk in chunks.filter(offset__gte=max(0, offset - settings.E31_LOG_MAX_BYTES)):
         data = bytes(chunk.data)

@@ -110,18 +110,20 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_log(request: HttpRequest, pk: int) -> HttpResponse:
-    """The whole log of the current attempt (or ``?attempt=N``) as plain text."""
+    """The whole log of the current attempt (or ``?attempt=N``) on rank 0 (or ``?rank=N``) as plain text."""
     job = _own_job(request, pk)
     try:
         attempt = int(request.GET.get("attempt", job.attempt))
+        rank = int(request.GET.get("rank", 0))
     except ValueError:
-        attempt = 0
-    if not 1 <= attempt <= job.attempt:
-        return HttpResponse(f"attempt must be between 1 and {job.attempt}\n", status=400,
-                            content_type="text/plain; charset=utf-8")
-    data = log_read(job, 0, limit=settings.E31_LOG_MAX_BYTES + 4096, attempt=attempt)
+        attempt = rank = -1
+    if not 1 <= attempt <= job.attempt or not 0 <= rank < job.nodes:
+        return HttpResponse(f"attempt must be between 1 and {job.attempt}, rank between 0 and {job.nodes - 1}\n",
+                            status=400, content_type="text/plain; charset=utf-8")
+    data = log_read(job, 0, limit=settings.E31_LOG_MAX_BYTES + 4096, attempt=attempt, rank=rank)
     resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
-    resp["Content-Disposition"] = f'inline; filename="job-{job.pk}-attempt-{attempt}.log"'
+    suffix = f"-rank-{rank}" if job.nodes > 1 else ""
+    resp["Content-Disposition"] = f'inline; filename="job-{job.pk}-attempt-{attempt}{suffix}.log"'
     return resp
 
 

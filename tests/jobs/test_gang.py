@@ -61,3 +61,18 @@ def test_a_failed_rank_stops_the_others_and_the_gang_ends_as_one(gang):
     job = Job.objects.get(pk=job.pk)
     assert (job.state, job.outcome, job.exit_code) == ("released", "failed", 3)
     assert not Lease.objects.filter(job=job, released_at__isnull=True).exists()
+
+
+def test_each_rank_keeps_a_log_of_its_own(gang, api):
+    from apps.jobs.services import log_append
+    job, (r0, r1) = gang
+    for rank in (r0, r1):
+        rank.say("accepted")
+    log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")
+    log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 1 line 1\n")
+    log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=14, data=b"rank 1 line 2\n")
+    log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")  # again
+    assert api.get(f"/api/v1/jobs/{job.pk}/logs/").content == b"rank 0 line 1\n"
+    assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=1").content == b"rank 1 line 1\nrank 1 line 2\n"
+    assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=2").status_code == 400
+    assert Job.objects.get(pk=job.pk).log_size == 14

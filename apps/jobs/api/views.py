@@ -118,9 +118,11 @@ class JobEventsView(APIView):
 
 class JobLogsView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("offset", int), OpenApiParameter("attempt", int)],
+        parameters=[OpenApiParameter("offset", int), OpenApiParameter("attempt", int),
+                    OpenApiParameter("rank", int, description="node rank of a multi-node job (default 0)")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
-        description="Log text from byte `offset`; headers X-Log-Size and X-Next-Offset.",
+        description="Log text from byte `offset`; headers X-Log-Size and X-Next-Offset. "
+                    "Each node rank of a multi-node job has its own log.",
     )
     def get(self, request, pk: int):
         job = _own_job(request, pk)
@@ -128,11 +130,15 @@ class JobLogsView(APIView):
         attempt = _int_param(request, "attempt", job.attempt)
         if offset < 0:
             raise ValidationError({"offset": ["Must be 0 or more."]})
+        rank = _int_param(request, "rank", 0)
         if not 1 <= attempt <= job.attempt:
             raise ValidationError({"attempt": [f"Must be between 1 and {job.attempt}."]})
-        data = log_read(job, offset, attempt=attempt)
+        if not 0 <= rank < job.nodes:
+            raise ValidationError({"rank": [f"Must be between 0 and {job.nodes - 1}."]})
+        data = log_read(job, offset, attempt=attempt, rank=rank)
         resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
-        resp["X-Log-Size"] = str(job.log_size if attempt == job.attempt else offset + len(data))
+        current = attempt == job.attempt and rank == 0
+        resp["X-Log-Size"] = str(job.log_size if current else offset + len(data))
         resp["X-Next-Offset"] = str(offset + len(data))
         return resp
 
