@@ -10,6 +10,7 @@ in :mod:`apps.jobs.services`.
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -337,9 +338,33 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
     days = spec.output.retention_days
     if retention_days_max and days is not None and days > retention_days_max:
         errors["output.retention_days"] = [f"Is {days}; the most this site keeps outputs is {retention_days_max} days."]
+    errors.update(_target_clashes(spec.data))
     if errors:
         raise SpecError(errors)
     return spec
+
+
+def _target_clashes(items: list[DataItem]) -> dict[str, list[str]]:
+    """Errors for data targets that cannot all be written: the same file twice, or a file
+    where another item needs a directory (``a`` and ``a/b``). A target ending in ``/`` (or
+    ``./``) is a directory the source goes into under its own name; directories may be shared.
+    """
+    errors: dict[str, list[str]] = {}
+    seen: list[tuple[str, bool, int]] = []  # (normalised path, is a file, index)
+    for index, item in enumerate(items):
+        is_file = not item.target.endswith("/") and item.target not in (".", "")
+        path = posixpath.normpath(item.target)
+        for other, other_is_file, other_index in seen:
+            clash = (is_file and other_is_file and path == other) \
+                or (other_is_file and path.startswith(other + "/")) \
+                or (is_file and other.startswith(path + "/")) \
+                or (is_file != other_is_file and path == other and path != ".")
+            if clash:
+                errors[f"data[{index}].target"] = [f"Clashes with data[{other_index}].target ({other!r}): "
+                                                   "both cannot be written."]
+                break
+        seen.append((path, is_file, index))
+    return errors
 
 
 class _SpecLoader(yaml.SafeLoader):

@@ -103,3 +103,20 @@ def test_yaml_keeps_times_and_dates_as_text_and_refuses_duplicate_keys():
 
 def test_env_numbers_become_text():
     assert parse_spec(spec(work={"command": "x", "env": {"SEED": 1}})).work.env == {"SEED": "1"}
+
+
+@pytest.mark.parametrize("targets, clash", [
+    (["a", "a/b"], True),      # a file where the other needs a directory
+    (["a/b", "a"], True),
+    (["a", "./a"], True),      # the same file twice
+    (["d/", "d/"], False),     # two sources into one directory
+    (["x/y", "x/z"], False),
+])
+def test_data_targets_that_cannot_all_be_written_are_refused(targets, clash):
+    doc = spec(data=[{"source": f"upload:f{i}", "target": t} for i, t in enumerate(targets)])
+    if not clash:
+        parse_spec(doc)
+        return
+    with pytest.raises(SpecError) as err:
+        parse_spec(doc)
+    assert list(err.value.errors) == ["data[1].target"]
