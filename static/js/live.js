@@ -63,9 +63,13 @@
     });
   }
 
-  /** Before new text lands: remember where a reader who scrolled up is. */
+  /** Before new text lands: read where the reader is now (the scroll event of a scroll just
+   *  made may not have fired yet): at the end, follow it; above it, stay there. */
   function keepPlace() {
-    eachLog(function (box, id) { if (follow[id] === false) kept[id] = fromTop(box); });
+    eachLog(function (box, id) {
+      follow[id] = atEnd(box);
+      if (!follow[id]) kept[id] = fromTop(box);
+    });
   }
 
   /** After: follow the end, or put the reader back where they were. */
