@@ -115,16 +115,17 @@ def _committed(owner, now: datetime) -> Decimal:
     return total
 
 
-def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None) -> SpendCheck:
+def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figures: bool = False) -> SpendCheck:
     """Where a new job of ``worst_case`` USD stands against ``owner``'s limit this month.
 
-    Reads only. Without a limit it does no further query.
+    Reads only. Without a limit it does no further query (``spent`` and ``committed`` are then
+    0), unless ``figures`` asks for them anyway (a quote shows them).
     """
     now = now or timezone.now()
     profile = profile_of(owner)
     tz = profile.tz
     start, end = month_start(now, tz), next_month_start(now, tz)
-    if profile.monthly_spend_limit is None:
+    if profile.monthly_spend_limit is None and not figures:
         return SpendCheck(worst_case, None, Decimal(0), Decimal(0), start)
     leases = (Lease.objects.filter(job__owner=owner, charged=True, rented_at__lt=end)
               .exclude(released_at__lt=start).select_related("job", "node"))

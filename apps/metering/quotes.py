@@ -40,7 +40,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     compute = spec.compute.model_dump(mode="json")
     estimate = price_estimate(compute, now)
     worst = worst_case_of(compute, now)
-    check = spend_check(owner=owner, worst_case=worst, now=now)
+    check = spend_check(owner=owner, worst_case=worst, now=now, figures=True)
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
         "time_limit": estimate.time_limit,

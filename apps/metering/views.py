@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import zoneinfo
 from decimal import Decimal
+from functools import wraps
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -125,7 +125,18 @@ def account_settings(request: HttpRequest) -> HttpResponse:
     })
 
 
-@staff_member_required
+def staff_only(view):
+    """Signed in (else to the sign-in page) and staff (else 403): operators' pages."""
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("This page is for operators.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+@staff_only
 @require_GET
 def report(request: HttpRequest) -> HttpResponse:
     """Operators: GPU-hours held, idle, down and charged, and revenue, per day and GPU model; top accounts."""
@@ -137,7 +148,7 @@ def report(request: HttpRequest) -> HttpResponse:
     })
 
 
-@staff_member_required
+@staff_only
 @require_GET
 def report_csv(request: HttpRequest) -> HttpResponse:
     """The operators' report per day and GPU model as CSV."""

@@ -146,6 +146,8 @@ def test_logs_name_the_bad_parameter(api, pool):
     job_id = api.post("/api/v1/jobs/", spec(), format="json").json()["id"]
     assert "attempt" in api.get(f"/api/v1/jobs/{job_id}/logs/?attempt=abc").json()
     assert "offset" in api.get(f"/api/v1/jobs/{job_id}/logs/?offset=-1").json()
+    assert "past the end" in api.get(f"/api/v1/jobs/{job_id}/logs/?offset=99999").json()["offset"][0]
+    assert api.get(f"/api/v1/jobs/{job_id}/logs/?offset=0").status_code == 200
 
 
 def test_anonymous_api_calls_answer_401(pool):

@@ -130,3 +130,11 @@ def test_the_limit_counts_the_accounts_own_month(owner, h100):
     _limit(owner, "10.00", tz="America/Los_Angeles")
     check = spend_check(owner=owner, worst_case=Decimal(0), now=datetime(2025, 2, 1, 5, tzinfo=UTC))
     assert check.month_start == datetime(2025, 1, 1, 8, tzinfo=UTC)
+
+
+def test_a_dry_run_without_a_limit_still_shows_what_was_spent_and_committed(owner, api, h100):
+    job_submit(owner=owner, document=spec(compute={"gpus": 1, "time_limit": "1h"}))  # placed: committed
+    resp = api.post("/api/v1/jobs/?dry_run=1", spec(compute={"gpus": 1, "time_limit": "1h"}), format="json")
+    limit = resp.json()["spend_limit"]
+    assert limit["limit"] is None and limit["fits"] is True
+    assert Decimal(limit["committed"]) > 0

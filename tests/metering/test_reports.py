@@ -75,7 +75,8 @@ def test_staff_see_the_report_and_its_csv_and_others_do_not(owner):
     assert staff.get("/usage/report/csv/?from=2025-05-06&to=2025-05-01").status_code == 400
     user = Client()
     user.force_login(owner)
-    assert user.get("/usage/report/").status_code == 302  # to the sign-in page, as for the admin
+    assert user.get("/usage/report/").status_code == 403  # signed in, not staff
+    assert Client().get("/usage/report/").status_code == 302  # to the sign-in page
 
 
 def test_a_lost_node_records_its_down_time_until_it_registers_again(settings):

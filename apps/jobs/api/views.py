@@ -135,9 +135,11 @@ class JobLogsView(APIView):
             raise ValidationError({"attempt": [f"Must be between 1 and {job.attempt}."]})
         if not 0 <= rank < job.nodes:
             raise ValidationError({"rank": [f"Must be between 0 and {job.nodes - 1}."]})
+        current = attempt == job.attempt and rank == 0
+        if current and offset > job.log_size:
+            raise ValidationError({"offset": [f"Is past the end of the log ({job.log_size} bytes so far)."]})
         data = log_read(job, offset, attempt=attempt, rank=rank)
         resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
-        current = attempt == job.attempt and rank == 0
         resp["X-Log-Size"] = str(job.log_size if current else offset + len(data))
         resp["X-Next-Offset"] = str(offset + len(data))
         return resp
