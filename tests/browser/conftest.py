@@ -13,12 +13,10 @@ import shutil
 
 import pytest
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connections
 from playwright.sync_api import sync_playwright
 
-from apps.pool.models import Gpu
-from e31site.devstack import LocalStack
-from tests.e2e.conftest import database_url
+from tests.e2e.conftest import live_stack
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -27,17 +25,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 @pytest.fixture
 def stack(transactional_db, tmp_path):
-    if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        pytest.fail("browser tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
-    live = LocalStack(database_url=database_url(), redis_url=settings.REDIS_URL, var_dir=tmp_path / "var",
-                      agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")], web=2,
-                      env={"E31_GRACE_S": "2"})
-    live.start()
-    try:
-        live.wait_for(lambda: Gpu.objects.count() == 6, timeout=30)
-        yield live
-    finally:
-        live.stop()
+    yield from live_stack(tmp_path, redis_url=settings.REDIS_URL, web=2)
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ def database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-@pytest.fixture
-def stack(transactional_db, tmp_path):
+def live_stack(tmp_path, *, redis_url: str, web: int = 1):
+    """A started :class:`LocalStack` (node-a 4 x H100, node-b 2 x A100, 2 s grace) on the test
+    database; yields it once both agents registered, stops it after."""
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        pytest.fail("end-to-end tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
-    redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}"
+        pytest.fail("live-stack tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
     live = LocalStack(database_url=database_url(), redis_url=redis_url, var_dir=tmp_path / "var",
-                      agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")],
+                      agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")], web=web,
                       env={"E31_GRACE_S": "2"})
     live.start()
     try:
@@ -31,6 +31,12 @@ def stack(transactional_db, tmp_path):
         yield live
     finally:
         live.stop()
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path):
+    redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}" if settings.REDIS_URL else ""
+    yield from live_stack(tmp_path, redis_url=redis_url)
 
 
 @pytest.fixture(autouse=True)
