@@ -1,6 +1,8 @@
 """A live stack (Daphne, Celery worker, real agents) over the test database."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -8,7 +10,7 @@ from django.db import connection
 from apps.pool.models import Gpu
 from e31site.devstack import LocalStack
 
-E2E_REDIS_DB = 14
+E2E_REDIS_DB = int(os.environ.get("E31_E2E_REDIS_DB", "14"))  # a parallel run picks another
 
 
 def database_url() -> str:
