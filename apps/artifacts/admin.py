@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from apps.core.admin import LedgerAdmin
+
 from .models import Bundle, Upload
 
 
@@ -10,6 +12,6 @@ class UploadAdmin(admin.ModelAdmin):
 
 
 @admin.register(Bundle)
-class BundleAdmin(admin.ModelAdmin):
+class BundleAdmin(LedgerAdmin, admin.ModelAdmin):
     list_display = ["job", "attempt", "size_bytes", "received_bytes", "completed_at", "expires_at"]
     readonly_fields = ["files", "sha256", "size_bytes", "received_bytes"]

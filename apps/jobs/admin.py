@@ -1,9 +1,12 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+
+from apps.core.admin import LedgerAdmin
 
 from .models import Job, JobEvent
+from .services import job_cancel
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(LedgerAdmin, admin.TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False
@@ -11,7 +14,9 @@ class JobEventInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(LedgerAdmin, admin.ModelAdmin):
+    """Jobs, read-only: states change only through the job services (cancel is an action here)."""
+
     list_display = ["id", "name", "owner", "state", "outcome", "gpus_per_node", "nodes", "queue_position",
                     "submitted_at", "rented_at", "released_at"]
     list_filter = ["state", "outcome", "kind"]
@@ -20,9 +25,24 @@ class JobAdmin(admin.ModelAdmin):
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
                        "estimated_start_at", "pending_reason"]
     inlines = [JobEventInline]
+    actions = ["cancel_jobs"]
+
+    @admin.action(description="Cancel: stop the run (billed to the stop) or drop from the queue")
+    def cancel_jobs(self, request, queryset):
+        for job in queryset:
+            job_cancel(job=job, by=request.user)
+        self.message_user(request, f"Cancel asked for {queryset.count()} job(s).", messages.SUCCESS)
+
+    def get_actions(self, request):
+        # The ledger mixin forbids "change", which would hide every action; cancelling goes
+        # through job_cancel, which is the operator's right as staff.
+        actions = super().get_actions(request)
+        if request.user.is_staff:
+            actions["cancel_jobs"] = self.get_action("cancel_jobs")
+        return actions
 
 
 @admin.register(JobEvent)
-class JobEventAdmin(admin.ModelAdmin):
+class JobEventAdmin(LedgerAdmin, admin.ModelAdmin):
     list_display = ["job", "seq", "at", "from_state", "to_state", "detail"]
     readonly_fields = ["job", "seq", "at", "from_state", "to_state", "detail"]

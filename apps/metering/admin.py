@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from apps.core.admin import LedgerAdmin
+
 from .models import AccountProfile, AccountUsage, GpuRate, Lease, LeaseGpu, NodeDowntime, SchedulerCycle
 
 
@@ -11,14 +13,16 @@ class GpuRateAdmin(admin.ModelAdmin):
     list_filter = ["gpu_model"]
 
 
-class LeaseGpuInline(admin.TabularInline):
+class LeaseGpuInline(LedgerAdmin, admin.TabularInline):
     model = LeaseGpu
     extra = 0
     readonly_fields = ["gpu", "open"]
 
 
 @admin.register(Lease)
-class LeaseAdmin(admin.ModelAdmin):
+class LeaseAdmin(LedgerAdmin, admin.ModelAdmin):
+    """Leases, read-only: the meter is written by the lease services alone."""
+
     list_display = ["id", "job", "attempt", "node", "gpu_count", "gpu_model", "rented_at", "run_ended_at",
                     "released_at", "billed_seconds", "cost", "charged"]
     list_filter = ["gpu_model", "charged", "end_reason"]
@@ -27,7 +31,7 @@ class LeaseAdmin(admin.ModelAdmin):
 
 
 @admin.register(AccountUsage)
-class AccountUsageAdmin(admin.ModelAdmin):
+class AccountUsageAdmin(LedgerAdmin, admin.ModelAdmin):
     """Decayed GPU-seconds per account (fair share) and its last run times (prediction)."""
 
     list_display = ["owner", "decayed_gpu_seconds", "updated_at", "recent_runtimes_s"]
@@ -35,7 +39,7 @@ class AccountUsageAdmin(admin.ModelAdmin):
 
 
 @admin.register(SchedulerCycle)
-class SchedulerCycleAdmin(admin.ModelAdmin):
+class SchedulerCycleAdmin(LedgerAdmin, admin.ModelAdmin):
     """Scheduling cycles: when, policy, how long, queue size, jobs placed."""
 
     list_display = ["at", "policy", "milliseconds", "queued", "placed"]
@@ -45,9 +49,6 @@ class SchedulerCycleAdmin(admin.ModelAdmin):
     @admin.display(description="cycle time (ms)", ordering="seconds")
     def milliseconds(self, obj: SchedulerCycle) -> str:
         return f"{obj.seconds * 1000:.1f}"
-
-    def has_add_permission(self, request) -> bool:
-        return False
 
 
 @admin.register(AccountProfile)
@@ -60,12 +61,9 @@ class AccountProfileAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeDowntime)
-class NodeDowntimeAdmin(admin.ModelAdmin):
+class NodeDowntimeAdmin(LedgerAdmin, admin.ModelAdmin):
     """Spans a node was down (recorded by the pool's loss check), for the operator report."""
 
     list_display = ["node", "down_at", "up_at", "gpus"]
     list_filter = ["node"]
     readonly_fields = ["node", "down_at", "up_at", "gpus"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
