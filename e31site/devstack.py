@@ -101,7 +101,7 @@ class LocalStack:
         self._spawn_web(env)
         self._spawn("worker", [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo",
                                "--loglevel=WARNING", "--without-heartbeat", "--without-gossip",
-                               "--without-mingle"], env)
+                               "--without-mingle", "--queues=core,side"], env)
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)

@@ -150,6 +150,7 @@ EMAIL_PORT = env_int("EMAIL_PORT", 587)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)  # seconds; a mail server that never greets must not hold a worker
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "E31 Network <noreply@localhost>")
 E31_SITE_URL = env_str("E31_SITE_URL", "http://127.0.0.1:8031")  # links in e-mails
 
@@ -161,6 +162,15 @@ CELERY_TASK_ACKS_LATE = True  # tasks are idempotent; a lost worker re-runs them
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Two queues, so side work (mail) can never stall the core (issue 12): "core" carries
+# scheduling cycles and the node watch (its own worker, `core` in the Procfile); "side"
+# carries everything else. https://docs.celeryq.dev/en/stable/userguide/routing.html
+CELERY_TASK_DEFAULT_QUEUE = "side"
+CELERY_TASK_ROUTES = {"apps.pool.tasks.*": {"queue": "core"}}
+# Every task has limits (seconds): soft raises SoftTimeLimitExceeded inside the task, hard
+# kills the worker child. https://docs.celeryq.dev/en/stable/userguide/workers.html#time-limits
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("E31_TASK_SOFT_TIME_LIMIT_S", 60)
+CELERY_TASK_TIME_LIMIT = env_int("E31_TASK_TIME_LIMIT_S", 90)
 CELERY_BEAT_SCHEDULE = {
     "schedule-cycle": {
         "task": "apps.pool.tasks.schedule_cycle_task",

@@ -18,3 +18,26 @@ class NoticePreference(models.Model):
 
     def __str__(self) -> str:
         return f"notices of {self.owner_id}"
+
+
+class NoticeSent(models.Model):
+    """A notice of one kind went out for one job: the claim that makes sending happen once.
+
+    The row is inserted in the same transaction that sends the mail, so a
+    task delivered twice (acks_late, a visibility timeout) blocks on the
+    unique index until the first delivery commits, then finds the row and
+    sends nothing; a send that fails rolls the claim back for a retry.
+    """
+
+    class Kind(models.TextChoices):
+        RELEASE_EMAIL = "release_email", "e-mail on release"
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="notices_sent")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "kind"], name="one_notice_per_job_and_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for job {self.job_id}"

@@ -5,9 +5,10 @@ import logging
 
 from django.conf import settings
 from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 
-from .models import NoticePreference
+from .models import NoticePreference, NoticeSent
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ def release_email_send(*, job_id: int) -> bool:
     """E-mail the owner of released job ``job_id`` if they asked for it and have an address.
 
     Uses Django's mail backend (``EMAIL_BACKEND``: SMTP in production, the
-    console in standalone). Returns whether a mail was sent. Idempotent
-    enough for a task delivered twice: at worst a second identical mail.
+    console in standalone; ``EMAIL_TIMEOUT`` bounds a silent server). Returns
+    whether a mail was sent. Sent once per job even when the task is
+    delivered twice (:class:`NoticeSent` is claimed in the sending
+    transaction). Raises what the mail backend raises (the claim is then
+    rolled back, so a retry may send).
     """
     from apps.jobs.choices import JobState
     from apps.jobs.models import Job
@@ -37,6 +41,12 @@ def release_email_send(*, job_id: int) -> bool:
     if job is None or not job.owner.email or not email_on_release(job.owner):
         return False
     context = {"job": job, "url": settings.E31_SITE_URL.rstrip("/") + job.get_absolute_url()}
-    subject = f"Job {job.pk} ({job.name}) released: {job.get_outcome_display() or 'done'}"
-    send_mail(subject, render_to_string("notices/release_email.txt", context), None, [job.owner.email])
+    name = " ".join(job.name.split())  # a newline in a header is refused by Django's mail (header injection)
+    subject = f"Job {job.pk} ({name}) released: {job.get_outcome_display() or 'done'}"
+    try:
+        with transaction.atomic():
+            NoticeSent.objects.create(job=job, kind=NoticeSent.Kind.RELEASE_EMAIL)
+            send_mail(subject, render_to_string("notices/release_email.txt", context), None, [job.owner.email])
+    except IntegrityError:  # another delivery of this task sent it
+        return False
     return True

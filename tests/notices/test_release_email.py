@@ -1,0 +1,88 @@
+"""The release e-mail: once per job whatever the broker does, and never held by a silent server."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from django.core import mail
+
+from apps.jobs.services import job_cancel, job_submit
+from apps.notices.models import NoticeSent
+from apps.notices.services import preference_set, release_email_send
+from apps.pool.choices import NodeState
+from apps.pool.models import Node
+
+from ..factories import spec
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the mail is queued on commit
+
+
+@pytest.fixture
+def mailed_owner(owner, pool, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    owner.email = "owner@example.com"
+    owner.save()
+    Node.objects.update(state=NodeState.DOWN)  # jobs wait in the queue
+    return owner
+
+
+def released_job(owner, name="job"):
+    job = job_submit(owner=owner, document=spec(name=name))
+    return job_cancel(job=job)
+
+
+def test_it_sends_once_when_the_task_is_delivered_twice(mailed_owner):
+    preference_set(user=mailed_owner, email_on_release=True)
+    job = released_job(mailed_owner)  # the on-release task ran once (eager)
+    assert len(mail.outbox) == 1
+    assert release_email_send(job_id=job.pk) is False  # a second delivery
+    assert len(mail.outbox) == 1
+    assert NoticeSent.objects.filter(job=job).count() == 1
+
+
+def test_a_name_with_a_newline_makes_a_one_line_subject(mailed_owner):
+    preference_set(user=mailed_owner, email_on_release=True)
+    job = released_job(mailed_owner, name="two\nlines")
+    assert mail.outbox[-1].subject == f"Job {job.pk} (two lines) released: Cancelled"
+
+
+@pytest.fixture
+def silent_smtp_server():
+    """A TCP server that accepts and never greets (an SMTP server that hangs)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_silent_mail_server_times_out_and_leaves_no_claim(mailed_owner, settings, silent_smtp_server):
+    job = released_job(mailed_owner)  # no preference yet: nothing sent
+    preference_set(user=mailed_owner, email_on_release=True)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", silent_smtp_server, False
+    settings.EMAIL_TIMEOUT = 0.5
+    started = time.monotonic()
+    with pytest.raises(OSError):  # socket.timeout / TimeoutError
+        release_email_send(job_id=job.pk)
+    assert time.monotonic() - started < 5
+    assert not NoticeSent.objects.filter(job=job).exists()  # a retry may still send it
