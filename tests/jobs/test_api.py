@@ -159,3 +159,12 @@ def test_nul_anywhere_in_a_spec_is_refused(api, pool):
     doc = spec(work={"command": "x", "image": "ub\x00untu"})
     resp = api.post("/api/v1/jobs/", doc, format="json")
     assert resp.status_code == 400 and "work.image" in resp.json()
+
+
+def test_a_json_spec_with_a_duplicate_key_is_a_400_naming_the_key(api, pool):
+    body = '{"name": "dup", "work": {"command": "true"}, "compute": {"gpus": 1, "gpus": 8, "time_limit": "5m"}}'
+    resp = api.post("/api/v1/jobs/", body, content_type="application/json")
+    assert resp.status_code == 400
+    assert "duplicate key 'gpus'" in resp.json()["spec"][0]
+    assert api.post("/api/v1/jobs/", "{bad", content_type="application/json").status_code == 400
+    assert api.post("/api/v1/jobs/", '{"a": NaN}', content_type="application/json").status_code == 400
