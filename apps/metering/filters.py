@@ -11,6 +11,8 @@ from apps.jobs.choices import EndReason, Outcome
 
 from .days import local_midnight, validate_day
 from .models import Lease
+from .selectors import leases_overlapping
+from .statements import Period
 
 RUNNING = "running"
 OUTCOME_CHOICES = [(RUNNING, "Running"), *Outcome.choices]
@@ -29,7 +31,8 @@ class UsageFilterForm(forms.Form):
 class UsageFilter(django_filters.FilterSet):
     """``?from=YYYY-MM-DD&to=YYYY-MM-DD&gpu_model=H100-80GB&outcome=succeeded``.
 
-    ``from``/``to``: leases rented on those local days (in ``tz``), both included.
+    ``from``/``to``: leases that held GPUs on those local days (in ``tz``), both
+    included; a lease is selected by overlap and :meth:`period` cuts it to the days asked.
     ``outcome``: ``running`` (still holding GPUs) or a job outcome; a lease of an
     earlier attempt ended by node loss counts as ``node_lost``.
     Build it with ``queryset`` (the user's own leases) and ``tz``.
@@ -51,10 +54,10 @@ class UsageFilter(django_filters.FilterSet):
         self.filters["gpu_model"].extra["choices"] = [(m, m) for m in models]
 
     def filter_start(self, queryset, name, value):
-        return queryset.filter(rented_at__gte=local_midnight(value, self.tz))
+        return leases_overlapping(queryset, local_midnight(value, self.tz), None)
 
     def filter_end(self, queryset, name, value):
-        return queryset.filter(rented_at__lt=local_midnight(value + timedelta(days=1), self.tz))
+        return leases_overlapping(queryset, None, local_midnight(value + timedelta(days=1), self.tz))
 
     def filter_outcome(self, queryset, name, value):
         if value == RUNNING:
@@ -69,6 +72,14 @@ class UsageFilter(django_filters.FilterSet):
         if not self.is_bound or not self.form.is_valid():
             return None, None
         return self.form.cleaned_data.get("from"), self.form.cleaned_data.get("to")
+
+    def period(self) -> Period | None:
+        """``[first local midnight, midnight after the last day)`` asked for, or None when no day was."""
+        first, last = self.days()
+        if first is None and last is None:
+            return None
+        return (local_midnight(first, self.tz) if first else None,
+                local_midnight(last + timedelta(days=1), self.tz) if last else None)
 
 
 # "from" is a Python keyword, so the date filters are put in by name.

@@ -8,7 +8,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.jobs.spec import MAX_GPUS_PER_NODE, MAX_NODES, format_duration, parse_duration
@@ -31,20 +31,19 @@ def with_line_fields(leases: QuerySet[Lease]) -> QuerySet[Lease]:
     return leases.select_related("job", "node").only(*lease_fields, *LINE_FIELDS).order_by("-rented_at", "-id")
 
 
-def usage_leases(*, user, start: datetime | None = None, end: datetime | None = None) -> QuerySet[Lease]:
-    """The user's leases rented in ``[start, end)``, newest first, with job and node."""
-    qs = with_line_fields(Lease.objects.filter(job__owner=user))
+def leases_overlapping(leases: QuerySet[Lease], start: datetime | None, end: datetime | None) -> QuerySet[Lease]:
+    """``leases`` whose hold ``[rented_at, released_at)`` (open ones: to now) overlaps ``[start, end)``."""
     if start:
-        qs = qs.filter(rented_at__gte=start)
+        leases = leases.filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
     if end:
-        qs = qs.filter(rented_at__lt=end)
+        leases = leases.filter(rented_at__lt=end)
+    return leases
+
+
+def usage_leases(*, user, start: datetime | None = None, end: datetime | None = None) -> QuerySet[Lease]:
+    """The user's leases that overlap ``[start, end)``, newest first, with job and node."""
+    qs = leases_overlapping(with_line_fields(Lease.objects.filter(job__owner=user)), start, end)
     return qs.order_by("-rented_at", "-id")
-
-
-def usage_totals(leases, now: datetime | None = None) -> Statement:
-    """The statement of ``leases``: lines and totals over charged leases (count, billed
-    GPU-hours, billed seconds, cost to 6 places and to the cent); running leases priced to ``now``."""
-    return statement_of(leases, now or timezone.now())
 
 
 def lease_held_seconds(lease: Lease, now: datetime | None = None) -> float:

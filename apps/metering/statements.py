@@ -6,6 +6,7 @@ to ``now`` (cost so far) and marked running; the ledger itself is untouched.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
@@ -27,6 +28,9 @@ class Line:
     while the run goes on (``running``). ``cost_cents``: this line's share of
     the statement's total to the cent (charged lines; see
     :func:`apps.metering.billing.cents_split`), None for uncharged lines.
+    On a statement of a period, the three are the part of the lease that
+    falls in the period, and ``billed_offset`` is where, in seconds after
+    ``rented_at``, that part of the billed span starts.
     """
 
     lease: Lease
@@ -36,13 +40,15 @@ class Line:
     running: bool
     outcome: str
     cost_cents: Decimal | None = None
+    billed_offset: int = 0
 
     @property
     def billed_span(self) -> tuple[datetime, datetime] | None:
-        """``[rented_at, rented_at + billed_seconds)``: the stretch of time that is paid for."""
+        """``[rented_at, rented_at + billed_seconds)`` (shifted by ``billed_offset``): the stretch
+        of time that is paid for on this statement."""
         if self.billed_seconds is None:
             return None
-        start = self.lease.rented_at
+        start = self.lease.rented_at + timedelta(seconds=self.billed_offset)
         return start, start + timedelta(seconds=self.billed_seconds)
 
     @property
@@ -84,8 +90,46 @@ def lease_outcome(lease: Lease) -> str:
     return lease.job.outcome or lease.job.state
 
 
-def statement_of(leases, now: datetime) -> Statement:
-    """The statement of ``leases`` (with ``job`` and ``node`` loaded), priced at ``now``."""
+Period = tuple[datetime | None, datetime | None]
+
+
+def _seconds_before(moment: datetime | None, lease: Lease, billed: int, *, default: int) -> int:
+    """Billed seconds of ``lease`` before ``moment``: ``ceil(moment - rented_at)`` within ``[0, billed]``.
+
+    Rounding up at both ends of a period makes the parts of adjacent periods
+    add up to the lease's ``billed_seconds`` exactly (no second lost or counted twice).
+    """
+    if moment is None:
+        return default
+    return min(billed, max(0, math.ceil(round((moment - lease.rented_at).total_seconds(), 6))))
+
+
+def _in_period(line: Line, period: Period, now: datetime) -> Line:
+    """``line`` cut to the part of its lease in ``[start, end)`` (SPEC §4: usage by overlap)."""
+    lease, (start, end) = line.lease, period
+    held_from = max(lease.rented_at, start) if start else lease.rented_at
+    held_to = min(lease.released_at or now, end) if end else (lease.released_at or now)
+    line.held_seconds = max(0, round((held_to - held_from).total_seconds()))
+    if line.billed_seconds is None:
+        return line
+    billed = line.billed_seconds
+    first = _seconds_before(start, lease, billed, default=0)
+    part = _seconds_before(end, lease, billed, default=billed) - first
+    if part != billed:
+        line.billed_offset, line.billed_seconds = first, part
+        if line.cost is not None:
+            line.cost = billing.cost(part, lease.gpu_count, lease.rate_per_gpu_hour)
+    return line
+
+
+def statement_of(leases, now: datetime, period: Period | None = None) -> Statement:
+    """The statement of ``leases`` (with ``job`` and ``node`` loaded), priced at ``now``.
+
+    With ``period`` (``[start, end)``, either end open with None), each line
+    counts only the held and billed seconds of its lease inside the period,
+    so a lease from Jan 31 23:00 to Feb 1 01:30 puts 1 h in January and
+    1.5 h in February; costs of the parts are priced at the lease's rate.
+    """
     lines = []
     for lease in leases:
         end = lease.released_at or now
@@ -96,7 +140,8 @@ def statement_of(leases, now: datetime) -> Statement:
             price = billing.cost(seconds, lease.gpu_count, lease.rate_per_gpu_hour)
         else:
             seconds, price = lease.billed_seconds, lease.cost
-        lines.append(Line(lease, held, seconds, price, running, lease_outcome(lease)))
+        line = Line(lease, held, seconds, price, running, lease_outcome(lease))
+        lines.append(_in_period(line, period, now) if period else line)
     statement = Statement(lines)
     paid = [line for line in lines if line.counts]
     cents, statement.cost_cents = billing.cents_split([line.cost for line in paid])

@@ -63,7 +63,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     usage_filter, leases = _usage(request)
     now = timezone.now()
     tz = user_tz(request.user)
-    statement = statement_of(leases, now)
+    statement = statement_of(leases, now, usage_filter.period())
     page = Paginator(statement.lines, LINES_PER_PAGE).get_page(request.GET.get("page"))
     for line in page:
         line.held = format_duration(line.held_seconds)
@@ -89,7 +89,7 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     usage_filter, leases = _usage(request)
     if usage_filter.is_bound and not usage_filter.is_valid():
         return _bad_filters(usage_filter.form)
-    rows = usage_rows(statement_of(leases, timezone.now()), user_tz(request.user))
+    rows = usage_rows(statement_of(leases, timezone.now(), usage_filter.period()), user_tz(request.user))
     return _csv_response("e31-usage.csv", CSV_COLUMNS, rows)
 
 

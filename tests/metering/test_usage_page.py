@@ -190,3 +190,41 @@ def test_days_out_of_range_are_a_field_error_not_a_crash(web, user, query):
     client = Client()
     client.force_login(staff)
     assert client.get(f"/usage/report/?{query}").status_code in (200, 400)
+
+
+def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(web, user):
+    """Issue 12 item 8: Jan 31 23:00 to Feb 1 01:30 is 1 h in January and 1.5 h in February, on the
+    page, its CSV and the API (token auth, which reads dates in the account's zone too)."""
+    from rest_framework.test import APIClient
+
+    node = node_with_gpus("n1", count=1)
+    _lease_at(user, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 2.5 * 3600)
+    api = APIClient()
+    api.force_authenticate(user)
+    january = api.get("/api/v1/usage/?from=2025-01-01&to=2025-02-01").json()
+    february = api.get("/api/v1/usage/?from=2025-02-01&to=2025-03-01").json()
+    assert january["totals"]["billed_seconds"] == 3600 and february["totals"]["billed_seconds"] == 5400
+    assert january["totals"]["leases"] == february["totals"]["leases"] == 1
+    page = web.get("/usage/?from=2025-02-01&to=2025-02-28")
+    assert "1.5000" in page.content.decode() or "1.50" in page.content.decode()
+    rows = _csv(web.get("/usage/csv/?from=2025-02-01&to=2025-02-28"))
+    assert [r["billed_seconds"] for r in rows] == ["5400"]
+    whole = api.get("/api/v1/usage/").json()["totals"]
+    assert whole["billed_seconds"] == 9000
+    assert Decimal(january["totals"]["cost"]) + Decimal(february["totals"]["cost"]) == Decimal(whole["cost"])
+
+
+def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(user):
+    """A Tokyo account's "2025-07-02" starts at 2025-07-01 15:00 UTC, under a real token."""
+    from django.core.management import call_command
+    from rest_framework.test import APIClient
+
+    AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
+    node = node_with_gpus("n1", count=1)
+    _lease_at(user, node, datetime(2025, 7, 1, 16, tzinfo=UTC), 60)  # 2025-07-02 01:00 in Tokyo
+    out = io.StringIO()
+    call_command("issue_token", user.username, stdout=out)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {out.getvalue().strip()}")
+    assert api.get("/api/v1/usage/?from=2025-07-02&to=2025-07-03").json()["totals"]["leases"] == 1
+    assert api.get("/api/v1/usage/?from=2025-07-01&to=2025-07-02").json()["totals"]["leases"] == 0

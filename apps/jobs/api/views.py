@@ -20,7 +20,8 @@ from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
 from apps.metering.accounts import user_tz
 from apps.metering.quotes import job_quote
-from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows, usage_totals
+from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows
+from apps.metering.statements import statement_of
 from apps.pool.selectors import pool_summary
 
 from ..choices import JobState
@@ -181,22 +182,24 @@ class UsageView(APIView):
     @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
                                OpenApiParameter("format", str, enum=["json", "csv"])])
     def get(self, request):
-        leases = list(usage_leases(user=request.user, start=parse_when(request.query_params.get("from"), "from"),
-                                   end=parse_when(request.query_params.get("to"), "to")))
-        tz = user_tz(request.user)  # token auth runs after the time zone middleware
+        tz = user_tz(request.user)  # token auth runs after the time zone middleware: the account's zone here
+        with timezone.override(tz):  # naive times and plain dates are the account's, as on the page
+            start = parse_when(request.query_params.get("from"), "from")
+            end = parse_when(request.query_params.get("to"), "to")
+        leases = list(usage_leases(user=request.user, start=start, end=end))
+        statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":
             buf = io.StringIO()
             writer = csv.writer(buf)
             writer.writerow(CSV_COLUMNS)
-            writer.writerows(usage_rows(leases, tz))
+            writer.writerows(usage_rows(statement, tz))
             resp = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
             resp["Content-Disposition"] = 'attachment; filename="e31-usage.csv"'
             return resp
-        totals = usage_totals(leases)
         return Response({
-            "leases": usage_records(leases, tz),
-            "totals": {"leases": totals.leases, "billed_seconds": totals.billed_seconds,
-                       "gpu_hours_billed": str(totals.gpu_hours_billed), "cost": f"{totals.cost:.6f}"},
+            "leases": usage_records(statement, tz),
+            "totals": {"leases": statement.leases, "billed_seconds": statement.billed_seconds,
+                       "gpu_hours_billed": str(statement.gpu_hours_billed), "cost": f"{statement.cost:.6f}"},
         })
 
 
