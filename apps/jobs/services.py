@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -124,29 +125,46 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     return job
 
 
-@transaction.atomic
+class CancelEffect(StrEnum):
+    """What a cancel did (the API says it, so a second cancel is not a silent 200)."""
+
+    RELEASED = "released"  # it was queued: released at once, nothing billed
+    STOPPING = "stopping"  # it held GPUs: the agent stops the run, billed up to the stop
+    ALREADY_STOPPING = "already_stopping"  # a cancel was already asked; the stop is under way
+    ALREADY_RELEASED = "already_released"  # nothing to do: it had ended
+
+
 def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
-    """Cancel ``job``. Idempotent.
+    """Cancel ``job``. Idempotent; see :func:`job_cancel_effect`."""
+    return job_cancel_effect(job=job, by=by)[0]
+
+
+@transaction.atomic
+def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None) -> tuple[Job, CancelEffect]:
+    """Cancel ``job`` and say what that did. Idempotent.
 
     Queued: released at once with outcome ``cancelled``, nothing billed.
     Holding GPUs: the agent is told; it stops the process group (SIGTERM,
     SIGKILL after the grace period), packs what outputs exist and reports;
-    the meter runs until the stop.
+    the meter runs until the stop. A cancel is final: the job is never
+    requeued after it, even if its node is lost (:func:`jobs_handle_node_loss`).
     """
     job = Job.objects.select_for_update().get(pk=job.pk)
-    if job.state == JobState.RELEASED or job.cancel_requested_at:
-        return job
+    if job.state == JobState.RELEASED:
+        return job, CancelEffect.ALREADY_RELEASED
+    if job.cancel_requested_at:
+        return job, CancelEffect.ALREADY_STOPPING
     now = timezone.now()
     if job.state == JobState.QUEUED:
-        return transition(job, JobState.RELEASED, detail="cancelled while queued", now=now,
-                           outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED,
-                           cancel_requested_at=now)
+        job = transition(job, JobState.RELEASED, detail="cancelled while queued", now=now,
+                         outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED, cancel_requested_at=now)
+        return job, CancelEffect.RELEASED
     Job.objects.filter(pk=job.pk).update(cancel_requested_at=now)
     job.cancel_requested_at = now
     event_add(job, detail="cancel requested", at=now)
     for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_id", flat=True):
         node_wake(node_id)
-    return job
+    return job, CancelEffect.STOPPING
 
 
 def _lease_for(node: Node, job_id: int, attempt: int) -> Lease:
@@ -385,7 +403,10 @@ def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None 
             leases_end_lost(node=other.node, at=at, job_ids={job.pk})
             node_wake(other.node_id)
         try:
-            if job.attempt < job.max_attempts:
+            if job.cancel_requested_at:  # a cancel is final: never requeued, never rented again
+                transition(job, JobState.RELEASED, detail=f"node {node.name} lost after the cancel",
+                           outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED)
+            elif job.attempt < job.max_attempts:
                 transition(job, JobState.QUEUED, detail=f"node {node.name} lost; back in the queue",
                            attempt=job.attempt + 1, rented_at=None, run_started_at=None, run_ended_at=None,
                            exit_code=None, end_reason="", status_message="", log_size=0,

@@ -165,3 +165,24 @@ def test_a_lost_node_ends_the_other_ranks_of_a_gang_uncharged(owner, pool):
     assert {(lease.charged, lease.released_at is not None) for lease in Lease.objects.filter(job=job)} == {
         (False, True)}
     assert Job.objects.get(pk=job.pk).state == "queued"
+
+
+def test_a_cancel_is_final_even_when_the_node_is_then_lost(owner, pool, api):
+    """Issue 12 item 3: cancel a running job whose agent froze; the node is lost: the job ends
+    cancelled (not requeued, never rented again), the lease uncharged; a second cancel says so."""
+    job = submit(owner, gpus=4, gpu_model=["H100"])
+    agent = Agent(job)
+    agent.say("accepted")
+    agent.say("running")
+    first = api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]
+    assert first["effect"] == "stopping"
+    second = api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]
+    assert second["effect"] == "already_stopping" and "already" in second["detail"]
+    node = agent.lease.node
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    nodes_mark_lost()
+    job = Job.objects.get(pk=job.pk)
+    assert (job.state, job.outcome, job.attempt) == ("released", "cancelled", 1)
+    assert not Lease.objects.filter(job=job, charged=True).exists()
+    assert Lease.objects.filter(job=job).count() == 1  # never rented again
+    assert api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]["effect"] == "already_released"

@@ -26,7 +26,7 @@ from apps.pool.selectors import pool_summary
 
 from ..choices import JobState
 from ..selectors import jobs_of
-from ..services import job_cancel, job_submit, log_read
+from ..services import CancelEffect, job_cancel_effect, job_submit, log_read
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .serializers import JobEventSerializer, JobSerializer
@@ -103,11 +103,23 @@ class JobDetailView(APIView):
         return Response(JobSerializer(_own_job(request, pk), context={"request": request}).data)
 
 
+CANCEL_DETAIL = {
+    CancelEffect.RELEASED: "Cancelled while queued: released, nothing billed.",
+    CancelEffect.STOPPING: "Stop asked: the run gets SIGTERM, then SIGKILL after the grace period; "
+                           "billed up to the stop.",
+    CancelEffect.ALREADY_STOPPING: "A cancel was already asked; the run is being stopped. Nothing more to do.",
+    CancelEffect.ALREADY_RELEASED: "The job had already ended; nothing was changed.",
+}
+
+
 class JobCancelView(APIView):
-    @extend_schema(request=None, responses=JobSerializer)
+    @extend_schema(request=None, responses=JobSerializer,
+                   description="Cancel a job. The answer is the job plus `cancel`: `effect` (released, stopping, "
+                               "already_stopping, already_released) and `detail` in words.")
     def post(self, request, pk: int):
-        job = job_cancel(job=_own_job(request, pk), by=request.user)
-        return Response(JobSerializer(job, context={"request": request}).data)
+        job, effect = job_cancel_effect(job=_own_job(request, pk), by=request.user)
+        data = JobSerializer(job, context={"request": request}).data
+        return Response({**data, "cancel": {"effect": effect.value, "detail": CANCEL_DETAIL[effect]}})
 
 
 class JobEventsView(APIView):
