@@ -41,6 +41,8 @@ class LocalStack:
         agents: ``(node name, simulate spec)`` pairs, e.g. ``("node-a", "4xH100-80GB")``.
         web: how many Daphne processes (each on its own port).
         beat: also run Celery beat (periodic cycles, node watch).
+        split_workers: one Celery worker per queue (``core``: cycles and node watch;
+            ``side``: mail), as production runs them; else one worker takes both.
         env: extra environment for every process.
         agent_args: extra command-line arguments for every agent.
 
@@ -55,6 +57,7 @@ class LocalStack:
     agents: list[tuple[str, str]] = field(default_factory=lambda: [("node-a", "4xH100-80GB")])
     web: int = 1
     beat: bool = False
+    split_workers: bool = False
     env: dict[str, str] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list, init=False)
@@ -99,9 +102,11 @@ class LocalStack:
         for _ in range(self.web):
             self.ports.append(free_port())
         self._spawn_web(env)
-        self._spawn("worker", [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo",
-                               "--loglevel=WARNING", "--without-heartbeat", "--without-gossip",
-                               "--without-mingle", "--queues=core,side"], env)
+        for name, queues in ([("worker-core", "core"), ("worker-side", "side")] if self.split_workers
+                             else [("worker", "core,side")]):
+            self._spawn(name, [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo", "--loglevel=WARNING",
+                               "--without-heartbeat", "--without-gossip", "--without-mingle", f"--queues={queues}",
+                               f"--hostname={name}@%h"], env)
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)
