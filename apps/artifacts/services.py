@@ -120,7 +120,6 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
     return bundle.received_bytes
 
 
-@transaction.atomic
 def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256: str,
                     files: list[dict[str, Any]], retention_days: int) -> Bundle:
     """Verify the received archive whole, then keep it as ``bundle.tar.gz``.
@@ -131,41 +130,56 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
     listed; every listed file present). Only a bundle that passes is kept;
     the agent sends ``finished`` (and the job is released) only after this
     answers 200. Idempotent: completing a complete bundle with the same
-    checksum is a no-op.
+    checksum is a no-op. A refused bundle starts over: what was received is
+    dropped, so the agent may upload it again from byte 0
+    (docs/agent-protocol.md).
 
     Raises:
-        ChunkError: size, checksum or manifest differ (the message says which file).
+        ChunkError: size, checksum or manifest differ (the message says which
+            file); its ``received_bytes`` is then 0.
     """
-    bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
-    if bundle.completed_at:
-        if bundle.sha256 == sha256.lower():
+    with transaction.atomic():
+        bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
+        if bundle.completed_at:
+            if bundle.sha256 == sha256.lower():
+                return bundle
+            raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
+        partial = default_storage.path(_partial_name(job, attempt, rank))
+        problem = _received_problem(bundle, partial, size_bytes=size_bytes, sha256=sha256, files=files)
+        if problem is None:
+            name = f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz"
+            os.replace(partial, default_storage.path(name))
+            bundle.parts.all().delete()
+            bundle.file.name = name
+            bundle.size_bytes, bundle.sha256, bundle.files = size_bytes, sha256.lower(), files
+            bundle.completed_at = timezone.now()
+            bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
+            bundle.save()
             return bundle
-        raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
+        bundle.parts.all().delete()  # the session starts over: a PUT at offset 0 is welcome again
+        bundle.received_bytes = 0
+        bundle.save(update_fields=["received_bytes"])
+        if os.path.exists(partial):
+            os.remove(partial)
+    raise ChunkError(f"{problem}; send the bundle again from byte 0", 0)
+
+
+def _received_problem(bundle: Bundle, partial: str, *, size_bytes: int, sha256: str,
+                      files: list[dict[str, Any]]) -> str | None:
+    """What is wrong with the received archive at ``partial`` against the claim, or None."""
     if bundle.received_bytes != size_bytes:
-        raise ChunkError(f"{bundle.received_bytes} bytes received, {size_bytes} announced", bundle.received_bytes)
-    partial = default_storage.path(_partial_name(job, attempt, rank))
+        return f"{bundle.received_bytes} bytes received, {size_bytes} announced"
     if not os.path.exists(partial):
-        raise ChunkError("no bytes of the bundle were received", bundle.received_bytes)
+        return "no bytes of the bundle were received"
     with open(partial, "rb") as fh:
         reader = TeeReader(_Limited(fh, size_bytes))
         try:
             verify_stream(reader, files)
-            problem = None
         except BundleInvalid as exc:
-            problem = f"bundle does not match its manifest: {exc}"
+            return f"bundle does not match its manifest: {exc}"
     if reader.digest.hexdigest() != sha256.lower() or reader.size != size_bytes:
-        problem = "bundle checksum does not match its parts"
-    if problem:
-        raise ChunkError(problem, bundle.received_bytes)
-    name = f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz"
-    os.replace(partial, default_storage.path(name))
-    bundle.parts.all().delete()
-    bundle.file.name = name
-    bundle.size_bytes, bundle.sha256, bundle.files = size_bytes, sha256.lower(), files
-    bundle.completed_at = timezone.now()
-    bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
-    bundle.save()
-    return bundle
+        return "bundle checksum does not match its parts"
+    return None
 
 
 class _Limited:

@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.artifacts.models import Upload
+from apps.artifacts.models import Bundle, Upload
 from apps.metering.limits import spend_limit_enforce
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
@@ -281,14 +281,30 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     }.get(job.end_reason)
     if outcome is None:
         outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
-    lost_output = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")
-                   if r.payload.get("message", "").startswith(("bundle upload failed", "packing outputs failed"))]
+    lost_output = _output_not_delivered(job)
     if lost_output and outcome == Outcome.SUCCEEDED:
         outcome = Outcome.FAILED  # the command worked but its declared outputs did not come back
     transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
-               + (f" ({lost_output[0][:200]})" if lost_output else ""), now=now,
-               outcome=outcome, status_message=lost_output[0][:500] if lost_output else "")
+               + (f" ({lost_output[:200]})" if lost_output else ""), now=now,
+               outcome=outcome, status_message=lost_output[:500])
     _record_usage(job, now)
+
+
+def _output_not_delivered(job: Job) -> str:
+    """Why the declared outputs of the attempt did not come back, or "" when they did.
+
+    A job that declares outputs and whose command ran must have a verified
+    bundle from every rank; the agent's own word (its ``finished`` message)
+    is the reason given when it has one. Whatever an agent says, a missing
+    bundle is never a success (SPEC §3).
+    """
+    if not (job.spec.get("output") or {}).get("paths") or job.run_started_at is None:
+        return ""
+    delivered = Bundle.objects.filter(job=job, attempt=job.attempt, completed_at__isnull=False).count()
+    if delivered >= job.nodes:
+        return ""
+    said = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")]
+    return next((m for m in said if m), "output not delivered: no verified bundle was received")
 
 
 def _every_rank_finished(job: Job) -> bool:

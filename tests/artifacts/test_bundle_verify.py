@@ -86,7 +86,18 @@ def test_a_bundle_that_differs_from_its_manifest_is_refused(job, members, files,
         _complete(job, archive, files)
     assert why in str(caught.value)
     bundle = Bundle.objects.get(job=job, attempt=1)
-    assert bundle.completed_at is None and bundle.parts.exists()  # the agent may still send the right one
+    assert bundle.completed_at is None and not bundle.parts.exists()  # the session starts over
+    assert bundle.received_bytes == 0 and caught.value.received_bytes == 0
+
+
+def test_a_refused_session_starts_again_from_byte_zero(job):
+    """Issue 12 item 9: after a refused ``complete`` a PUT at offset 0 is accepted (was a 409)."""
+    files = [_entry("a.txt", b"abc")]
+    wrong = _tgz([("a.txt", b"abd", tarfile.REGTYPE)], manifest=files)
+    with pytest.raises(ChunkError):
+        _complete(job, wrong, files)
+    right = _tgz([("a.txt", b"abc", tarfile.REGTYPE)], manifest=files)
+    assert _complete(job, right, files).completed_at is not None
 
 
 def test_the_manifest_inside_must_agree_with_the_one_sent(job):

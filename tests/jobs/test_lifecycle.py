@@ -13,33 +13,13 @@ from apps.pool.models import Node
 from apps.pool.services import nodes_mark_lost
 
 from ..factories import spec
+from ..web.factories import Agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def submit(owner, **compute):
     return job_submit(owner=owner, document=spec(compute={"gpus": 1, "time_limit": "10m", **compute}))
-
-
-class Agent:
-    """Plays a node's agent through the report service."""
-
-    def __init__(self, job):
-        self.job = Job.objects.get(pk=job.pk)
-        self.lease = self.job.leases.get(attempt=self.job.attempt)
-        self.seq = 0
-
-    def say(self, type_, **extra):
-        self.seq += 1
-        return agent_report(node=self.lease.node, job_id=self.job.pk,
-                            report={"attempt": self.job.attempt, "seq": self.seq, "type": type_, **extra})
-
-    def run(self, exit_code=0, reason="exit"):
-        self.say("accepted")
-        self.say("running")
-        self.say("exited", exit_code=exit_code, reason=reason)
-        self.say("finished")
-        return Job.objects.get(pk=self.job.pk)
 
 
 def test_it_succeeds_on_exit_zero_and_frees_the_gpus(owner, pool):
@@ -186,3 +166,26 @@ def test_a_cancel_is_final_even_when_the_node_is_then_lost(owner, pool, api):
     assert not Lease.objects.filter(job=job, charged=True).exists()
     assert Lease.objects.filter(job=job).count() == 1  # never rented again
     assert api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]["effect"] == "already_released"
+
+
+def test_declared_outputs_without_a_verified_bundle_are_never_a_success(owner, pool):
+    """Issue 12 item 9: an agent that says ``finished`` with no bundle (refused, or never sent)
+    leaves the job failed, its outcome saying the output was not delivered."""
+    agent = Agent(submit(owner))
+    agent.say("accepted")
+    agent.say("running")
+    agent.say("exited", exit_code=0, reason="exit")
+    agent.say("finished")
+    job = Job.objects.get(pk=agent.job.pk)
+    assert (job.state, job.outcome) == ("released", "failed")
+    assert "output not delivered" in job.status_message
+    assert job.events.filter(detail__contains="output not delivered").exists()
+
+
+def test_a_job_without_declared_outputs_succeeds_with_no_bundle(owner, pool):
+    job = job_submit(owner=owner, document=spec(output={"paths": []}))
+    agent = Agent(job)
+    for type_, extra in (("accepted", {}), ("running", {}), ("exited", {"exit_code": 0, "reason": "exit"}),
+                         ("finished", {})):
+        agent.say(type_, **extra)
+    assert Job.objects.get(pk=job.pk).outcome == "succeeded"

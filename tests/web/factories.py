@@ -56,6 +56,16 @@ class Agent:
         agent_report(node=self.lease.node, job_id=self.job.pk,
                      report={"attempt": self.job.attempt, "seq": self.seq, "type": type_, **extra})
 
+    def run(self, exit_code: int | None = 0, reason: str = "exit", files: dict[str, bytes] | None = None) -> Job:
+        """The whole run as a real agent reports it (outputs bundled, empty when ``files`` is None);
+        returns the job as it is after ``finished``."""
+        self.say("accepted")
+        self.say("running")
+        self.say("exited", exit_code=exit_code, reason=reason)
+        self.bundle(files or {})
+        self.say("finished")
+        return Job.objects.get(pk=self.job.pk)
+
     def log(self, data: bytes, offset: int = 0) -> None:
         log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
                    offset=offset, data=data)
@@ -84,7 +94,9 @@ class Agent:
 def finished_job(owner, *, exit_code: int = 0, log: bytes = b"hello\n",
                  files: dict[str, bytes] | None = None,
                  **overrides: Any) -> tuple[Job, bytes | None]:
-    """A job run to release: log written, outputs bundled. Returns the job and its archive."""
+    """A job run to release: log written, outputs bundled (an empty bundle when ``files`` is None,
+    as a real agent uploads for declared outputs that matched nothing). Returns the job and its
+    archive (None when ``files`` is None)."""
     job = rented_job(owner, **overrides)
     agent = Agent(job)
     agent.say("accepted")
@@ -92,7 +104,7 @@ def finished_job(owner, *, exit_code: int = 0, log: bytes = b"hello\n",
     if log:
         agent.log(log)
     agent.say("exited", exit_code=exit_code, reason="exit")
-    archive = agent.bundle(files) if files else None
+    archive = agent.bundle(files or {})
     agent.say("finished")
     job.refresh_from_db()
-    return job, archive
+    return job, archive if files else None
