@@ -202,3 +202,27 @@ def test_array_cancel_leaves_finished_tasks_alone(owner, pool):
     array_cancel(array=submitted.array)
     assert Job.objects.filter(array=submitted.array, state="released").count() == 3
     assert array_cancel(array=submitted.array).released == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_live_my_jobs_gets_the_array_as_one_row_never_a_row_per_task(owner, pool):
+    """One message for the submit of 8 tasks; the tasks' own changes (6 rented) update the array row."""
+    from asgiref.sync import async_to_sync
+    from channels.db import database_sync_to_async
+
+    from tests.web.test_live_consumers import communicator, cookie_of
+
+    async def scenario():
+        comm = communicator("/ws/jobs/", await database_sync_to_async(cookie_of)(owner))
+        assert (await comm.connect())[0]
+        assert await comm.receive_from(5) == ""  # no jobs yet
+        submitted = await database_sync_to_async(array_submit)(owner=owner, document=spec(array=8))
+        seen = []
+        while not await comm.receive_nothing(0.5):
+            seen.append(await comm.receive_from(5))
+        assert seen and all("job-row-" not in m for m in seen)
+        assert any(f'id="array-row-{submitted.array.pk}"' in m and "6 rented" in m for m in seen)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
