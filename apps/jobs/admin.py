@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Job, JobEvent
+from .models import Job, JobArray, JobEvent
 
 
 class JobEventInline(admin.TabularInline):
@@ -18,7 +18,7 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["name", "owner__username"]
     readonly_fields = ["state", "outcome", "spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
-                       "estimated_start_at", "pending_reason"]
+                       "estimated_start_at", "pending_reason", "array", "array_index"]
     inlines = [JobEventInline]
 
 
@@ -26,3 +26,10 @@ class JobAdmin(admin.ModelAdmin):
 class JobEventAdmin(admin.ModelAdmin):
     list_display = ["job", "seq", "at", "from_state", "to_state", "detail"]
     readonly_fields = ["job", "seq", "at", "from_state", "to_state", "detail"]
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "owner", "size", "submitted_at", "cancel_requested_at"]
+    search_fields = ["name", "owner__username"]
+    readonly_fields = ["owner", "name", "size", "spec", "submitted_at", "cancel_requested_at"]
