@@ -179,7 +179,7 @@ class Assignment:
             time_limit_s=time_limit,
             deadline=received + float(time_limit if deadline_in is None else deadline_in),
             grace_s=float(data.get("grace_s", 30)),
-            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            env=_assignment_env(data),
             spec=JobSpec.from_json(data["spec"]),
             gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
             cpus=int(compute["cpus"]) if compute.get("cpus") else None,
@@ -187,6 +187,16 @@ class Assignment:
             raw=dict(data),
             output_max_bytes=int(data["output_max_bytes"]) if data.get("output_max_bytes") else None,
         )
+
+
+def _assignment_env(data: dict[str, Any]) -> dict[str, str]:
+    """The assignment's ``env`` (``E31_JOB_ID``...), plus ``E31_ARRAY_INDEX`` (0..N-1) and
+    ``E31_ARRAY_SIZE`` (N) for a task of a job array (``array_index``/``array_size`` in the answer)."""
+    env = {str(k): str(v) for k, v in (data.get("env") or {}).items()}
+    if data.get("array_index") is not None and data.get("array_size") is not None:
+        env["E31_ARRAY_INDEX"] = str(int(data["array_index"]))
+        env["E31_ARRAY_SIZE"] = str(int(data["array_size"]))
+    return env
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 
 from apps.core.admin import LedgerAdmin
 
-from .models import Job, JobEvent
+from .models import Job, JobArray, JobEvent
 from .services import job_cancel
 
 
@@ -23,7 +23,7 @@ class JobAdmin(LedgerAdmin, admin.ModelAdmin):
     search_fields = ["name", "owner__username"]
     readonly_fields = ["state", "outcome", "spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
-                       "estimated_start_at", "pending_reason"]
+                       "estimated_start_at", "pending_reason", "array", "array_index"]
     inlines = [JobEventInline]
     actions = ["cancel_jobs"]
 
@@ -46,3 +46,10 @@ class JobAdmin(LedgerAdmin, admin.ModelAdmin):
 class JobEventAdmin(LedgerAdmin, admin.ModelAdmin):
     list_display = ["job", "seq", "at", "from_state", "to_state", "detail"]
     readonly_fields = ["job", "seq", "at", "from_state", "to_state", "detail"]
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(LedgerAdmin, admin.ModelAdmin):
+    list_display = ["id", "name", "owner", "size", "submitted_at", "cancel_requested_at"]
+    search_fields = ["name", "owner__username"]
+    readonly_fields = ["owner", "name", "size", "spec", "submitted_at", "cancel_requested_at"]

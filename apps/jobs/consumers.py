@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from e31site.consumers import LiveConsumer
 
+from .arrays import jobs_grouped_of
 from .fragments import render_job_fragments, render_row, stamp_ms
 from .live import job_group, user_group
 from .selectors import jobs_of
@@ -38,5 +39,6 @@ class JobListConsumer(LiveConsumer):
 
     def snapshot(self, user) -> str:
         stamp = stamp_ms()
-        jobs = jobs_of(user).prefetch_related("leases")[:LIST_SNAPSHOT_ROWS]
+        # An array is one row (its task 0 stands for it: render_row renders the array's row).
+        jobs = jobs_grouped_of(user).prefetch_related("leases")[:LIST_SNAPSHOT_ROWS]
         return "".join(render_row(job, stamp=stamp) for job in jobs)

@@ -22,10 +22,10 @@ from django import forms
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
 
+from .arrays import ArraySubmitted, spec_submit
 from .choices import JobKind
 from .examples import example_attachments, example_names, example_yaml
 from .models import Job
-from .services import job_submit
 from .spec import SpecError, load_yaml
 
 DATA_ROWS = 3
@@ -107,7 +107,7 @@ FIELD_OF_PATH = {
     "compute.memory_gb": "memory_gb",
     "compute.time_limit": "time_limit",
     "output.paths": "paths", "output.retention_days": "retention_days",
-    "files": "files", "spec": "spec_text",
+    "files": "files", "spec": "spec_text", "array": "array",
 }
 ROW_PATH = re.compile(r"^data\[(\d+)\](?:\.(\w+))?")
 INDEX = re.compile(r"\[\d+\]")
@@ -165,6 +165,10 @@ class JobForm(forms.Form):
                                  widget=_text(placeholder="8h, 45m, 1h30m, 2d or seconds"),
                                  help_text="90s, 45m, 8h, 1h30m, 2d or seconds. The run is stopped "
                                            "there; billing never goes past it.")
+    array = forms.CharField(required=False, label="Tasks (job array, optional)", widget=_number(min=1, max=10000),
+                            help_text="N from 1 to 10,000 submits N jobs of this spec at once; each one's "
+                                      "command sees E31_ARRAY_INDEX (0 to N-1) and E31_ARRAY_SIZE. "
+                                      "Leave empty for one job.")
     # --- output ---
     paths = forms.CharField(required=False, label="Output paths", strip=False,
                             widget=_code(3, "checkpoints/**\nmetrics.json"),
@@ -274,6 +278,8 @@ class JobForm(forms.Form):
             output["retention_days"] = _number_or_text(cd["retention_days"])
         self.document = {"name": cd["name"], "work": work, "data": data, "compute": compute,
                          "output": output}
+        if cd["array"].strip():
+            self.document["array"] = _number_or_text(cd["array"])
         return self.document
 
     def attachments(self, document: Any) -> dict[str, Upload]:
@@ -346,15 +352,15 @@ class JobForm(forms.Form):
             if not (self.data.get(f"{prefix}-target") or "").strip():
                 self.data[f"{prefix}-target"] = upload.name
 
-    def submit(self) -> Job:
-        """Build the spec, store the files, submit the job.
+    def submit(self) -> Job | ArraySubmitted:
+        """Build the spec, store the files, submit the job (or the array, with ``array``).
 
         Raises:
             SpecError: the spec is invalid; call :meth:`add_spec_errors`.
         """
         document = self.build_document()
         attachments = self.attachments(document)
-        return job_submit(owner=self.owner, document=document, attachments=attachments)
+        return spec_submit(owner=self.owner, document=document, attachments=attachments)
 
     # --- errors ----------------------------------------------------------
     def add_spec_errors(self, errors: Mapping[str, list[str]]) -> None:

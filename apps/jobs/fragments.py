@@ -27,7 +27,7 @@ from apps.artifacts.services import bundles_latest
 from apps.metering.display import rate_text
 from apps.metering.selectors import job_money
 
-from .choices import JobState
+from .choices import JobKind, JobState
 from .models import Job
 from .services import log_read
 from .spec import format_duration
@@ -149,8 +149,50 @@ def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
 
 
 def render_row(job: Job, *, stamp: int | None = None) -> str:
-    """One row of "My jobs" (``<tr id="job-row-N">``)."""
+    """One row of "My jobs" (``<tr id="job-row-N">``); for a task of an array, its array's row
+    (``<tr id="array-row-N">``, see :func:`render_array_row`), since "My jobs" groups arrays."""
+    if job.array_id is not None:
+        return _array_row_once(job.array_id, stamp=stamp)
     return render_to_string("jobs/_row.html", list_row_context(job, stamp=stamp))
+
+
+# --- job arrays (apps.jobs.arrays) -------------------------------------------------
+ARRAY_ROW_ID = "array-row-{pk}"
+_array_rows_rendered: dict[int, int] = {}  # array id -> stamp of its last row pushed by render_row
+
+
+def _array_row_once(array_id: int, *, stamp: int | None) -> str:
+    """The array's row, or "" when this process rendered it already with this ``stamp``: one
+    push of many tasks (a scheduling cycle's) carries each array's row once, not once per task."""
+    stamp = stamp_ms() if stamp is None else stamp
+    if _array_rows_rendered.get(array_id) == stamp:
+        return ""
+    if len(_array_rows_rendered) > 1000:
+        _array_rows_rendered.clear()
+    _array_rows_rendered[array_id] = stamp
+    from .models import JobArray
+
+    array = JobArray.objects.filter(pk=array_id).first()
+    return render_array_row(array, stamp=stamp) if array else ""
+
+
+def array_row_context(array: Any, *, counts: Any = None, stamp: int | None = None) -> dict[str, Any]:
+    """What the row of an array in "My jobs" shows: its counts by state (one aggregate query
+    unless ``counts``, an :class:`apps.jobs.arrays.ArrayCounts`, is given)."""
+    from .arrays import array_counts
+
+    stamp = stamp_ms() if stamp is None else stamp
+    if counts is None:
+        counts = array_counts([array.pk])[array.pk]
+    compute = (array.spec or {}).get("compute") or {}
+    return {"array": array, "counts": counts, "gpus": compute.get("gpus", 1) * compute.get("nodes", 1),
+            "kind": JobKind((array.spec.get("work") or {}).get("kind") or "other").label,
+            "version": f"0 {stamp}"}
+
+
+def render_array_row(array: Any, *, counts: Any = None, stamp: int | None = None) -> str:
+    """One array's row of "My jobs" (``<tr id="array-row-N">``), as a page load shows it."""
+    return render_to_string("jobs/_array_row.html", array_row_context(array, counts=counts, stamp=stamp))
 
 
 def render_status(job: Job, *, stamp: int | None = None) -> str:

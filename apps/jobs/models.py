@@ -8,6 +8,34 @@ from django.urls import reverse
 from .choices import HOLDING, EndReason, JobKind, JobState, Outcome
 
 
+class JobArray(models.Model):
+    """N tasks submitted together from one spec with ``array: N`` (SPEC §2, "Job arrays").
+
+    Each task is a :class:`Job` of its own (``Job.array``, ``Job.array_index`` 0..N-1) that
+    queues, runs, bills and ends like any job; the array only groups them for the owner
+    (one row in "My jobs", cancel all). ``spec`` is the validated spec as submitted,
+    ``array`` included; the tasks' specs leave it out.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays")
+    name = models.CharField(max_length=100)
+    size = models.PositiveIntegerField(help_text="Number of tasks, N (1..10,000).")
+    spec = models.JSONField(help_text="The validated spec, with its array field.")
+    submitted_at = models.DateTimeField()
+    cancel_requested_at = models.DateTimeField(null=True, blank=True,
+                                               help_text="When the owner cancelled the whole array.")
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["owner", "-submitted_at"])]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} {self.name} ({self.size} tasks)"
+
+    def get_absolute_url(self) -> str:
+        return reverse("jobs:array", args=[self.pk])
+
+
 class Job(models.Model):
     """One submitted request to rent GPUs for a command (SPEC §1-§3).
 
@@ -55,11 +83,20 @@ class Job(models.Model):
     log_truncated = models.BooleanField(default=False)
     event_seq = models.PositiveIntegerField(default=0, help_text="Seq of the last event (a version).")
 
+    array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="jobs",
+                              help_text="The array this job is a task of, if any.")
+    array_index = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="This task's index in its array, 0..size-1 "
+                                                        "(E31_ARRAY_INDEX).")
+
     class Meta:
         ordering = ["-submitted_at", "-id"]
         indexes = [
             models.Index(fields=["owner", "-submitted_at"]),
             models.Index(fields=["state", "submitted_at", "id"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_array_index_unique"),
         ]
 
     def __str__(self) -> str:

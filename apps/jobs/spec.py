@@ -40,6 +40,7 @@ MAX_OUTPUT_PATHS = 100
 MAX_GPUS_PER_NODE = 1024  # a sanity bound; what the pool really has is checked at submit
 MAX_NODES = 256
 MAX_TIME_LIMIT_S = 10 * 365 * 86400  # a sanity bound; the operator maximum is checked later
+MAX_ARRAY = 10_000  # tasks in one job array (SPEC §2)
 
 
 class SpecError(Exception):
@@ -236,13 +237,21 @@ class OutputSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    """A validated spec: name, work, data, compute, output (SPEC §2)."""
+    """A validated spec: name, work, data, compute, output, and ``array`` (SPEC §2)."""
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
     work: WorkSpec
     data: list[DataItem] = Field(default_factory=list, max_length=MAX_DATA)
     compute: ComputeSpec
     output: OutputSpec = Field(default_factory=OutputSpec)
+    array: StrictInt | None = None  # N tasks, each a job with E31_ARRAY_INDEX 0..N-1 (apps.jobs.arrays)
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= MAX_ARRAY:
+            raise ValueError(f"must be a number of tasks from 1 to {MAX_ARRAY:,}")
+        return value
 
     @field_validator("name")
     @classmethod

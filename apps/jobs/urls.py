@@ -12,4 +12,6 @@ urlpatterns = [
     path("jobs/<int:pk>/log/", views.job_log, name="log"),
     path("jobs/<int:pk>/bundle/", views.job_bundle, name="bundle"),
     path("jobs/<int:pk>/cancel/", views.job_cancel_view, name="cancel"),
+    path("arrays/<int:pk>/", views.array_detail, name="array"),
+    path("arrays/<int:pk>/cancel/", views.array_cancel_view, name="array-cancel"),
 ]

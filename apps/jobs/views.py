@@ -18,10 +18,11 @@ from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest
 from apps.metering.selectors import price_estimate, rate_table
 
+from .arrays import ArraySubmitted, array_cancel, array_counts, arrays_of, jobs_grouped_of
 from .choices import JobState
 from .examples import example_files, example_names
 from .forms import JobForm, new_job_form
-from .fragments import job_page_context, list_row_context, stamp_ms
+from .fragments import job_page_context, list_row_context, render_array_row, stamp_ms
 from .models import Job
 from .selectors import jobs_of
 from .services import job_cancel, log_read
@@ -44,15 +45,21 @@ def _own_job(request: HttpRequest, pk: int) -> Job:
 def job_list(request: HttpRequest) -> HttpResponse:
     """My jobs, newest first, 50 a page, optionally one state (``?state=queued``)."""
     state = request.GET.get("state", "")
-    jobs = jobs_of(request.user).prefetch_related("leases")
-    if state in JobState.values:
-        jobs = jobs.filter(state=state)
-    else:
+    if state in JobState.values:  # one state: every job in it, the tasks of arrays one by one
+        jobs = jobs_of(request.user).filter(state=state)
+    else:  # all: an array is one row (apps.jobs.arrays)
         state = ""
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+        jobs = jobs_grouped_of(request.user)
+    page = Paginator(jobs.select_related("array").prefetch_related("leases"),
+                     JOBS_PER_PAGE).get_page(request.GET.get("page"))
     stamp = stamp_ms()
+    arrays = {job.array_id for job in page if job.array_id is not None and not state}
+    counts = array_counts(arrays)
     for job in page:
-        job.version = list_row_context(job, stamp=stamp)["version"]
+        if job.array_id in arrays:
+            job.array_row = render_array_row(job.array, counts=counts[job.array_id], stamp=stamp)
+        else:
+            job.version = list_row_context(job, stamp=stamp)["version"]
     return render(request, "jobs/list.html", {
         "section": "jobs", "page": page, "state": state, "states": JobState.choices,
         "examples": example_names(),
@@ -72,6 +79,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
             except SpecError as exc:
                 form.add_spec_errors(exc.errors)
             else:
+                if isinstance(job, ArraySubmitted):
+                    messages.success(request, f"Array {job.array.pk} of {job.array.size:,} tasks submitted.")
+                    return redirect(job.array)
                 messages.success(request, f"Job {job.pk} submitted.")
                 return redirect(job)
         form.keep_files()
@@ -164,3 +174,60 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         resp["HX-Redirect"] = job.get_absolute_url()
         return resp
     return redirect(job)
+
+
+# --- job arrays (apps.jobs.arrays) ------------------------------------------------
+def _own_array(request: HttpRequest, pk: int):
+    """The requester's array ``pk``; anyone else's answers 404, as if it did not exist."""
+    array = arrays_of(request.user).filter(pk=pk).first()
+    if array is None:
+        raise Http404("No such array.")
+    return array
+
+
+@login_required
+@require_GET
+def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One array: its counts by state (live), its tasks 50 a page by index (``?state=``), cancel."""
+    array = _own_array(request, pk)
+    state = request.GET.get("state", "")
+    tasks = array.jobs.order_by("array_index").prefetch_related("leases")
+    if state in JobState.values:
+        tasks = tasks.filter(state=state)
+    else:
+        state = ""
+    page = Paginator(tasks, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    stamp = stamp_ms()
+    for job in page:
+        job.version = list_row_context(job, stamp=stamp)["version"]
+    counts = array_counts([array.pk])[array.pk]
+    from .fragments import array_row_context
+
+    return render(request, "jobs/array.html", {
+        "section": "jobs", "page": page, "state": state, "states": JobState.choices,
+        **array_row_context(array, counts=counts, stamp=stamp),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def array_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: a page that asks to confirm. POST: cancel every task not released yet (idempotent),
+    then back to the array's page."""
+    array = _own_array(request, pk)
+    if request.method == "GET":
+        counts = array_counts([array.pk])[array.pk]
+        if not counts.active:
+            messages.info(request, f"Every task of array {array.pk} is released already.")
+            return redirect(array)
+        return render(request, "jobs/array_cancel.html", {"section": "jobs", "array": array, "counts": counts})
+    done = array_cancel(array=array, by=request.user)
+    messages.success(request, f"Array {array.pk} cancelled: {done.released:,} queued task"
+                              f"{'s' if done.released != 1 else ''} released"
+                     + (f", {done.stopping:,} running task{'s' if done.stopping != 1 else ''} stopping."
+                        if done.stopping else "."))
+    if request.headers.get("HX-Request"):
+        resp = HttpResponse(status=204)
+        resp["HX-Redirect"] = array.get_absolute_url()
+        return resp
+    return redirect(array)

@@ -21,6 +21,7 @@ from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from django.db.models import Count
 from django.utils import timezone
 
 from . import billing
@@ -100,13 +101,16 @@ def _committed(owner, now: datetime) -> Decimal:
     from apps.jobs.models import Job
 
     total = Decimal(0)
-    for job in Job.objects.filter(owner=owner, state__in=ACTIVE_STATES).only("id", "state", "spec", "attempt"):
-        if job.state == "queued":
-            try:
-                total += worst_case_of(job.spec.get("compute") or {}, now)
-            except ValueError:
-                continue
+    # Queued jobs: worst case per distinct compute part (the tasks of an array share one), in SQL.
+    queued = (Job.objects.filter(owner=owner, state="queued").values("spec__compute")
+              .annotate(n=Count("id")).order_by())
+    for row in queued:
+        try:
+            total += worst_case_of(row["spec__compute"] or {}, now) * row["n"]
+        except ValueError:
             continue
+    for job in Job.objects.filter(owner=owner, state__in=ACTIVE_STATES).exclude(state="queued").only(
+            "id", "state", "attempt"):
         for lease in Lease.objects.filter(job=job, attempt=job.attempt, run_ended_at__isnull=True):
             whole = billing.cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
             so_far = billing.cost(billing.billed_seconds(lease.rented_at, now, lease.time_limit_s),
@@ -133,10 +137,11 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
     return SpendCheck(worst_case, profile.monthly_spend_limit, spent, _committed(owner, now), start)
 
 
-def spend_limit_enforce(*, owner, compute: Any, now: datetime | None = None) -> SpendCheck:
+def spend_limit_enforce(*, owner, compute: Any, now: datetime | None = None, tasks: int = 1) -> SpendCheck:
     """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit.
 
-    Called by :func:`apps.jobs.services.job_submit` before the job is stored.
+    Called by :func:`apps.jobs.services.job_submit` before the job is stored, and once by
+    :func:`apps.jobs.arrays.array_submit` for a whole array: ``tasks`` times one task's worst case.
 
     Raises:
         apps.jobs.spec.SpecError: ``{"compute": [message with the shortfall]}``.
@@ -148,7 +153,7 @@ def spend_limit_enforce(*, owner, compute: Any, now: datetime | None = None) -> 
     if not AccountProfile.objects.select_for_update().filter(owner_id=owner.pk,
                                                              monthly_spend_limit__isnull=False).exists():
         return SpendCheck(Decimal(0), None, Decimal(0), Decimal(0), now or timezone.now())
-    check = spend_check(owner=owner, worst_case=worst_case_of(compute, now), now=now)
+    check = spend_check(owner=owner, worst_case=worst_case_of(compute, now) * tasks, now=now)
     if not check.fits:
         raise SpecError({"compute": [check.message()]})
     return check

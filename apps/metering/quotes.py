@@ -22,11 +22,12 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
 
     Returns (amounts in USD as strings, 2 places)::
 
-        {"dry_run": true, "valid": true, "worst_case": "12.34", "gpus": 2, "time_limit": "1h",
+        {"dry_run": true, "valid": true, "worst_case": "12.34", "gpus": 2, "time_limit": "1h", "tasks": 1,
          "by_model": [{"gpu_model", "rate_per_gpu_hour", "worst_case"}],
          "spend_limit": {"limit", "spent", "committed", "left", "fits", "shortfall", "month_start"}}
 
-    ``worst_case`` is time limit x GPUs x the highest rate of the accepted models.
+    ``worst_case`` is time limit x GPUs x the highest rate of the accepted models, times
+    ``tasks`` (the spec's ``array``, else 1); ``by_model`` is per task.
 
     Raises:
         apps.jobs.spec.SpecError: the spec is invalid (the same errors a submit gives).
@@ -39,11 +40,12 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     spec = spec_validate(document, owner=owner, attachments=attachments)
     compute = spec.compute.model_dump(mode="json")
     estimate = price_estimate(compute, now)
-    worst = worst_case_of(compute, now)
+    tasks = spec.array or 1  # a job array's worst case is N times one task's
+    worst = worst_case_of(compute, now) * tasks
     check = spend_check(owner=owner, worst_case=worst, now=now, figures=True)
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
-        "time_limit": estimate.time_limit,
+        "time_limit": estimate.time_limit, "tasks": tasks,
         "by_model": [{"gpu_model": row["gpu_model"], "rate_per_gpu_hour": str(row["rate_per_gpu_hour"]),
                       "worst_case": _money(row["worst_case"])} for row in estimate.rows],
         "spend_limit": {

@@ -24,7 +24,7 @@ def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[di
     (docs/agent-protocol.md)."""
     now = now or timezone.now()
     leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
-                  .select_related("job").prefetch_related("lease_gpus__gpu"))
+                  .select_related("job", "job__array").prefetch_related("lease_gpus__gpu"))
     assignments, cancel = [], []
     for lease in leases:
         job = lease.job
@@ -74,6 +74,9 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
         },
         "spec": job.spec,
         "output_max_bytes": settings.E31_BUNDLE_MAX_BYTES,
+        # A task of a job array: the agent sets E31_ARRAY_INDEX and E31_ARRAY_SIZE from these.
+        "array_index": job.array_index,
+        "array_size": job.array.size if job.array_id is not None else None,
     }
 
 

@@ -15,6 +15,12 @@ size is checked against the analytic final-size relation
 ln(S0/S_inf) = R0 (1 - S_inf/N).
 
 Writes results.csv (one row per simulation) and sweep.png (matplotlib, Agg).
+
+As a task of a job array (job.yaml has ``array: 8``), it runs only its share of
+the beta values: every E31_ARRAY_SIZE-th one, starting at E31_ARRAY_INDEX
+(task 0 takes betas 0, 8, 16, 24; task 1 takes 1, 9, 17, 25; ...), so the
+tasks together cover the whole grid, each on a GPU of its own. Run by hand
+(no E31_ARRAY_* variables), it runs the whole grid.
 """
 
 import argparse
@@ -37,9 +43,19 @@ DATA = "boarding_school_flu_1978.csv"
 
 def announce() -> None:
     print("== E31 job environment ==")
-    for key in ("E31_JOB_ID", "E31_NODE_RANK", "E31_NUM_NODES", "CUDA_VISIBLE_DEVICES"):
+    for key in ("E31_JOB_ID", "E31_NODE_RANK", "E31_NUM_NODES", "E31_ARRAY_INDEX", "E31_ARRAY_SIZE",
+                "CUDA_VISIBLE_DEVICES"):
         print(f"{key}={os.environ.get(key, '<unset>')}")
     print(f"python {platform.python_version()}, numpy {np.__version__}, cwd {os.getcwd()}")
+
+
+def array_share() -> tuple[int, int]:
+    """(E31_ARRAY_INDEX, E31_ARRAY_SIZE) of a task of a job array; (0, 1) outside one."""
+    size = int(os.environ.get("E31_ARRAY_SIZE") or 1)
+    index = int(os.environ.get("E31_ARRAY_INDEX") or 0)
+    if not 0 <= index < size:
+        raise SystemExit(f"E31_ARRAY_INDEX={index} is outside 0..{size - 1}")
+    return index, size
 
 
 def load_observed(path: str):
@@ -108,6 +124,10 @@ def main() -> int:
         return np.linspace(float(a), float(b), int(n))
 
     betas, gammas = grid(args.beta), grid(args.gamma)
+    index, size = array_share()
+    if size > 1:
+        betas = betas[index::size]  # this task's share of the sweep
+        print(f"array task {index} of {size}: {len(betas)} of the beta values")
     bb, gg = np.meshgrid(betas, gammas, indexing="ij")
     print(
         f"sweep: {bb.size} simulations, beta {betas[0]}..{betas[-1]} x {len(betas)}, "

@@ -46,25 +46,29 @@ def browser_client(base_url: str, username: str) -> httpx.Client:
     return client
 
 
-def submit_api(client: httpx.Client, name: str) -> int:
+def submit_api(client: httpx.Client, name: str) -> list[int]:
     folder = Path(settings.E31_EXAMPLES_DIR) / name
     text = (folder / "job.yaml").read_text()
     refs = [d["source"].split(":", 1)[1] for d in yaml.safe_load(text)["data"]]
     files = [("files", (ref, (folder / ref).read_bytes())) for ref in refs]
     resp = client.post("/api/v1/jobs/", data={"spec": text}, files=files)
     assert resp.status_code == 201, resp.text
-    return resp.json()["id"]
+    body = resp.json()
+    return body["job_ids"] if "job_ids" in body else [body["id"]]  # the simulation is a job array
 
 
-def submit_form(client: httpx.Client, name: str) -> int:
+def submit_form(client: httpx.Client, name: str) -> list[int]:
     page = client.get(f"/jobs/new/?example={name}")
     assert page.status_code == 200
     text = (Path(settings.E31_EXAMPLES_DIR) / name / "job.yaml").read_text()
     resp = client.post("/jobs/new/", data={"spec_text": text, "example": name,
                                            "csrfmiddlewaretoken": client.cookies["csrftoken"]})
-    match = re.search(r"/jobs/(\d+)/$", str(resp.url))
+    match = re.search(r"/(jobs|arrays)/(\d+)/$", str(resp.url))
     assert match, (resp.status_code, resp.url, resp.text[:2000])
-    return int(match.group(1))
+    if match.group(1) == "arrays":
+        return list(Job.objects.filter(array_id=int(match.group(2))).order_by("array_index")
+                    .values_list("pk", flat=True))
+    return [int(match.group(2))]
 
 
 def wait_released(client: httpx.Client, ids: list[int], timeout: float = 120) -> dict[int, dict]:
@@ -103,7 +107,7 @@ def test_the_four_examples_run_through_api_and_form(stack):
     user = UserFactory(username="e2e")
     api = token_client(stack.url, user)
     web = browser_client(stack.url, "e2e")
-    ids = [submit_api(api, name) for name in EXAMPLES] + [submit_form(web, name) for name in EXAMPLES]
+    ids = [pk for name in EXAMPLES for pk in submit_api(api, name) + submit_form(web, name)]
     jobs = wait_released(api, ids)
     for job in jobs.values():
         assert job["outcome"] == "succeeded", (job["name"], job["status_message"],

@@ -65,7 +65,8 @@ def test_job_yaml_is_a_valid_spec(example: Path):
     assert text.startswith("# "), "job.yaml should open with a one-line comment"
     spec = yaml.safe_load(text)
     assert isinstance(spec, dict)
-    assert set(spec) == TOP_LEVEL
+    assert set(spec) - {"array"} == TOP_LEVEL
+    assert isinstance(spec.get("array", 1), int) and 1 <= spec.get("array", 1) <= 100
 
     assert isinstance(spec["name"], str) and 1 <= len(spec["name"]) <= 100
     work = spec["work"]
@@ -181,3 +182,33 @@ def test_shipped_inference_model_is_reproducible(tmp_path: Path):
                 np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
             elif key != "trained_with":
                 np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_the_simulation_is_an_array_whose_tasks_cover_the_grid_once(tmp_path: Path):
+    """Each task of the simulation's array runs its share of the beta values
+    (E31_ARRAY_INDEX, E31_ARRAY_SIZE); together they make the whole sweep."""
+    require_example_deps()
+    example = EXAMPLES / "simulation"
+    spec = load_spec(example)
+    size = spec["array"]
+    assert size > 1
+    rows: list[tuple[str, str]] = []
+    for index in (0, size - 1):  # the first and the last task: enough to check the split
+        job_dir = tmp_path / f"task-{index}"
+        job_dir.mkdir()
+        stage(example, spec, job_dir)
+        env = {**os.environ, **spec["work"]["env"], "E31_JOB_ID": str(10 + index), "E31_ARRAY_INDEX": str(index),
+               "E31_ARRAY_SIZE": str(size), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        proc = subprocess.run(["/bin/sh", "-c", spec["work"]["command"]], cwd=job_dir, env=env,
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f"E31_ARRAY_INDEX={index}" in proc.stdout and f"array task {index} of {size}" in proc.stdout
+        with open(job_dir / "results.csv") as fh:
+            rows += [tuple(line.split(",")[:2]) for line in fh.read().splitlines()[1:]]
+    betas = sorted({float(b) for b, _ in rows})
+    command = spec["work"]["command"]
+    start, stop, count = (float(x) for x in re.search(r"--beta (\S+)", command).group(1).split(":"))
+    grid = [start + (stop - start) * k / (count - 1) for k in range(int(count))]
+    expected = sorted(grid[0::size] + grid[size - 1::size])
+    assert betas == pytest.approx(expected, abs=1e-4)
+    assert len(rows) == len(set(rows))

@@ -54,10 +54,13 @@ def field_html(html, name):
 
 
 def new_job_id(resp):
+    """The job a submit redirected to; for a job array (the simulation example), its task 0."""
     assert resp.status_code == 302, resp.content.decode()[:3000]
-    match = re.fullmatch(r"/jobs/(\d+)/", resp["Location"])
+    match = re.fullmatch(r"/(jobs|arrays)/(\d+)/", resp["Location"])
     assert match, resp["Location"]
-    return int(match.group(1))
+    if match.group(1) == "arrays":
+        return Job.objects.get(array_id=int(match.group(2)), array_index=0).pk
+    return int(match.group(2))
 
 
 # --- the page --------------------------------------------------------------

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from apps.artifacts.services import bundles_latest
 from apps.metering.selectors import Money, job_money
 
-from ..models import Job, JobEvent
+from ..models import Job, JobArray, JobEvent
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -20,6 +20,10 @@ class JobSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     attempts = serializers.IntegerField(source="attempt")
     staging = serializers.SerializerMethodField()
+    array_id = serializers.IntegerField(read_only=True, allow_null=True,
+                                        help_text="The job array this job is a task of, or null.")
+    array_index = serializers.IntegerField(read_only=True, allow_null=True,
+                                           help_text="Its index in the array (E31_ARRAY_INDEX), or null.")
 
     class Meta:
         model = Job
@@ -28,7 +32,7 @@ class JobSerializer(serializers.ModelSerializer):
             "queue_position", "estimated_start_at", "pending_reason",
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
-            "log_size", "cancel_requested_at", "staging",
+            "log_size", "cancel_requested_at", "staging", "array_id", "array_index",
         ]
 
     def _leases(self, job: Job) -> list:
@@ -85,3 +89,38 @@ class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["seq", "at", "from_state", "to_state", "detail"]
+
+
+class ArraySerializer(serializers.ModelSerializer):
+    """One job array (SPEC §7): its size, its tasks' counts by state, where its tasks are listed.
+
+    ``counts`` comes from the ``counts`` context (``{array_id: ArrayCounts}``, one aggregate
+    query for a page of arrays), else one query for this array.
+    """
+
+    url = serializers.SerializerMethodField()
+    jobs_url = serializers.SerializerMethodField()
+    counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JobArray
+        fields = ["id", "url", "name", "size", "spec", "submitted_at", "cancel_requested_at", "counts", "jobs_url"]
+
+    def _absolute(self, url: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(url) if request else url
+
+    def get_url(self, array: JobArray) -> str:
+        return self._absolute(reverse("api:array-detail", args=[array.pk]))
+
+    def get_jobs_url(self, array: JobArray) -> str:
+        return self._absolute(reverse("api:job-list") + f"?array={array.pk}")
+
+    def get_counts(self, array: JobArray) -> dict:
+        """``{"queued", "rented", "running", "output", "released": n, "outcomes": {outcome: n}}``."""
+        from ..arrays import array_counts
+
+        counts = self.context.get("counts") or {}
+        if array.pk not in counts:
+            counts = array_counts([array.pk])
+        return counts[array.pk].to_json()

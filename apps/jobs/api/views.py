@@ -24,12 +24,13 @@ from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, us
 from apps.metering.statements import statement_of
 from apps.pool.selectors import pool_summary
 
+from ..arrays import ArrayCounts, ArraySubmitted, array_cancel, array_counts, arrays_of, spec_submit
 from ..choices import JobState
 from ..selectors import jobs_of
-from ..services import CancelEffect, job_cancel_effect, job_submit, log_read
+from ..services import CancelEffect, job_cancel_effect, log_read
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
-from .serializers import JobEventSerializer, JobSerializer
+from .serializers import ArraySerializer, JobEventSerializer, JobSerializer
 
 
 def _own_job(request, pk: int):
@@ -61,16 +62,20 @@ class JobListCreateView(generics.ListAPIView):
             if state not in JobState.values:
                 raise ValidationError({"state": [f"Must be one of {', '.join(JobState.values)}."]})
             qs = qs.filter(state=state)
+        if self.request.query_params.get("array"):  # the tasks of one array, by index
+            qs = qs.filter(array_id=_int_param(self.request, "array", 0)).order_by("array_index")
         return qs
 
     @extend_schema(
         request={"application/json": OpenApiTypes.OBJECT, "application/yaml": OpenApiTypes.STR,
                  "multipart/form-data": OpenApiTypes.OBJECT},
         responses={201: JobSerializer},
-        parameters=[OpenApiParameter("dry_run", bool, description="1: validate and price only (worst case, "
+        parameters=[OpenApiParameter("array", int, description="GET: only the tasks of this job array, by index"),
+                    OpenApiParameter("dry_run", bool, description="1: validate and price only (worst case, "
                                                                   "spend limit); nothing is created (200)")],
         description="Submit a spec (SPEC §2) as JSON, YAML, or multipart with a `spec` field "
-                    "(YAML or JSON text) and files referenced as `upload:<file name>`.",
+                    "(YAML or JSON text) and files referenced as `upload:<file name>`. A spec with "
+                    "`array: N` answers 201 with the array (`array_id`, `job_ids` by index) instead of a job.",
     )
     def post(self, request):
         document = request.data
@@ -93,8 +98,10 @@ class JobListCreateView(generics.ListAPIView):
                 raise SpecError({"files": [str(exc)]}) from None
         if dry_run:
             return Response(job_quote(owner=request.user, document=document))
-        job = job_submit(owner=request.user, document=document, attachments=attachments)
-        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
+        submitted = spec_submit(owner=request.user, document=document, attachments=attachments)
+        if isinstance(submitted, ArraySubmitted):  # ``array: N``: the array and its N job ids
+            return Response(array_submitted_json(submitted, request), status=status.HTTP_201_CREATED)
+        return Response(JobSerializer(submitted, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(APIView):
@@ -240,3 +247,55 @@ class UploadView(APIView):
             raise ValidationError({"file": [str(exc)]}) from None
         return Response({"id": str(upload.id), "name": upload.name, "size_bytes": upload.size_bytes,
                          "sha256": upload.sha256, "source": upload.source}, status=201)
+
+
+# --- job arrays (apps.jobs.arrays) ------------------------------------------------
+def array_submitted_json(submitted: ArraySubmitted, request) -> dict:
+    """The 201 of an array submit: the array (as ``GET /api/v1/arrays/{id}/``) with ``array_id``
+    and ``job_ids`` (``job_ids[i]`` is task ``i``'s job)."""
+    array = submitted.array
+    counts = {array.pk: ArrayCounts({JobState.QUEUED: array.size}, {})}  # all just queued: no query
+    data = ArraySerializer(array, context={"request": request, "counts": counts}).data
+    return {"array_id": array.pk, **data, "job_ids": submitted.job_ids}
+
+
+def _own_array(request, pk: int):
+    """The requester's array ``pk``; anyone else's answers 404, as if it did not exist."""
+    array = arrays_of(request.user).filter(pk=pk).first()
+    if array is None:
+        raise Http404
+    return array
+
+
+class ArrayListView(generics.ListAPIView):
+    """``GET``: my job arrays, newest first, each with its tasks' counts by state."""
+
+    serializer_class = ArraySerializer
+
+    def get_queryset(self):
+        return arrays_of(self.request.user)
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.get_queryset())
+        counts = array_counts(a.pk for a in page)  # one aggregate query for the page
+        data = ArraySerializer(page, many=True, context={"request": request, "counts": counts}).data
+        return self.get_paginated_response(data)
+
+
+class ArrayDetailView(APIView):
+    @extend_schema(responses=ArraySerializer)
+    def get(self, request, pk: int):
+        return Response(ArraySerializer(_own_array(request, pk), context={"request": request}).data)
+
+
+class ArrayCancelView(APIView):
+    @extend_schema(request=None, responses=inline_serializer("ArrayCancelled", {
+        "released": serializers.IntegerField(), "stopping": serializers.IntegerField(),
+        "array": ArraySerializer()}),
+        description="Cancel every task of the array not released yet (idempotent): queued tasks are "
+                    "released at once, running ones stopped by their nodes.")
+    def post(self, request, pk: int):
+        array = _own_array(request, pk)
+        done = array_cancel(array=array, by=request.user)
+        return Response({"released": done.released, "stopping": done.stopping,
+                         "array": ArraySerializer(array, context={"request": request}).data})
