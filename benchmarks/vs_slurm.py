@@ -148,12 +148,11 @@ class Slurm:
 
     def submit_rate(self, seconds: float) -> float:
         """``measure.sh`` a2 for ``seconds``: 4 parallel ``sbatch`` loops; successful submissions per second."""
-        loop = ('end=$(awk -v t="$EPOCHREALTIME" -v s="$1" \'BEGIN{printf "%.6f", t+s}\'); n=0; '
-                'while awk -v t="$EPOCHREALTIME" -v e="$end" \'BEGIN{exit !(t<e)}\'; do '
+        # measure.sh's loop, bounded by time instead of a count; bash 5's $EPOCHREALTIME (no fork per check)
+        loop = ('end=$(( ${EPOCHREALTIME/./} + $1 )); n=0; while (( ${EPOCHREALTIME/./} < end )); do '
                 'sbatch -Q --wrap true -G 1 -t 1 >/dev/null 2>&1 && n=$((n+1)); done; echo "$n"')
-        # `awk` per iteration costs ~1 ms against sbatch's 5-7 ms; the same for every profile.
         start = time.perf_counter()
-        procs = [subprocess.Popen(["bash", "-c", loop, "loop", str(seconds)], cwd=self.out,
+        procs = [subprocess.Popen(["bash", "-c", loop, "loop", str(round(seconds * 1e6))], cwd=self.out,
                                   stdout=subprocess.PIPE, text=True) for _ in range(CLIENTS)]
         counts = [int(p.communicate()[0].strip() or 0) for p in procs]
         elapsed = time.perf_counter() - start
@@ -402,8 +401,8 @@ FIGURES = [
     ("latency_median", "submit to running, idle pool: median", "s", False),
     ("latency_p95", "submit to running, idle pool: p95", "s", False),
     ("submit_at_0", "submit at ~0 queued (median of serial submits)", "s", False),
-    ("submit_at_n", "submit at --queued queued (median)", "s", False),
-    ("submit_flat_ratio", "submit cost at --queued / at ~0", "x", False),
+    ("submit_at_n", "submit at {queued:,} queued (median)", "s", False),
+    ("submit_flat_ratio", "submit cost at {queued:,} queued / at ~0", "x", False),
     ("srun_median", "Slurm interactive srun start: median", "s", False),
 ]
 
@@ -427,9 +426,9 @@ def fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
     if unit == "s":
-        return f"{v * 1000:.0f} ms" if v < 10 else f"{v:.1f} s"
+        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
     if unit == "x":
-        return f"{v:.2f}x"
+        return f"{v:.2f}x" if v < 100 else f"{v:,.0f}x"
     return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
 
 
@@ -474,7 +473,8 @@ def summarise(results: dict[str, list[dict]], profiles: list[str], shapes: list[
     return {"figures": table, "goals": goals}
 
 
-def report_rows(summary: dict, profiles: list[str], shapes: list[str]) -> tuple[list[str], list[list[str]]]:
+def report_rows(summary: dict, profiles: list[str], shapes: list[str],
+                queued: int) -> tuple[list[str], list[list[str]]]:
     """The figures table: header and rows of text cells (min / median; * marks Slurm's best profile)."""
     systems = shapes + [f"slurm-{p}" for p in profiles]
     header = ["figure", *[f"E31 {s}" for s in shapes], *[f"Slurm {p}" for p in profiles],
@@ -484,7 +484,7 @@ def report_rows(summary: dict, profiles: list[str], shapes: list[str]) -> tuple[
         row = summary["figures"].get(key, {})
         if not any(k in row for k in systems):
             continue
-        cells = [label]
+        cells = [label.format(queued=queued)]
         for system in systems:
             r = row.get(system)
             mark = " *" if row.get("slurm_best") == system else ""
@@ -518,7 +518,7 @@ def print_report(summary: dict, profiles: list[str], shapes: list[str], meta: di
             f"{meta['host']}; load average {meta['load_start']} at start, {meta['load_end']} at end\n"
             f"sizes: {json.dumps(meta['sizes'])}")
     out.print("\n" + head)
-    header, rows = report_rows(summary, profiles, shapes)
+    header, rows = report_rows(summary, profiles, shapes, meta["sizes"]["queued"])
     t = Table(title="min / median over rounds; E31 / Slurm = times better than Slurm's best profile (*), "
                     "by median (for times: Slurm / E31)")
     for c in header:
