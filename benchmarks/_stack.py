@@ -41,15 +41,16 @@ def env() -> dict[str, str]:
             "E31_LOG_LEVEL": "WARNING"}
 
 
-def manage(*args: str) -> str:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env(), check=True,
+def manage(*args: str, environ: dict[str, str] | None = None) -> str:
+    """Run ``manage.py`` with ``args`` (``environ``: its whole environment, default :func:`env`); its stdout."""
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=environ or env(), check=True,
                           capture_output=True, text=True).stdout.strip()
 
 
-def user_token(username: str = "bench") -> str:
+def user_token(username: str = "bench", environ: dict[str, str] | None = None) -> str:
     manage("shell", "-c", "from django.contrib.auth.models import User; "
-                          f"User.objects.get_or_create(username='{username}')")
-    return manage("issue_token", username)
+                          f"User.objects.get_or_create(username='{username}')", environ=environ)
+    return manage("issue_token", username, environ=environ)
 
 
 @contextmanager

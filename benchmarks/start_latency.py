@@ -36,6 +36,40 @@ def _wait_released(client: httpx.Client, ids: list[int], timeout: float = 60) ->
         time.sleep(0.05)
 
 
+def read_rtt(client: httpx.Client, n: int = 50) -> list[float]:
+    """Round trips (s) of ``n`` trivial authenticated reads (``GET /api/v1/pool/``)."""
+    rtt = []
+    for _ in range(n):
+        t = time.perf_counter()
+        client.get("/api/v1/pool/")
+        rtt.append(time.perf_counter() - t)
+    return rtt
+
+
+def idle_latency(client: httpx.Client, jobs: int, prefix: str = "lat") -> list[float]:
+    """Submit-to-running (s, server stamps) of ``jobs`` trivial jobs, one at a time on an idle pool.
+
+    Each job is released before the next is sent.
+
+    Raises:
+        TimeoutError: a job was not released within 60 s.
+    """
+    single = []
+    for i in range(jobs):
+        job_id = client.post("/api/v1/jobs/", json=trivial_spec(f"{prefix}-{i}")).json()["id"]
+        single.append(_seconds(_wait_released(client, [job_id])[0]))
+    return single
+
+
+def burst_latency(client: httpx.Client, bursts: int, size: int = 8) -> list[float]:
+    """Submit-to-running (s) of ``bursts`` bursts of ``size`` jobs sent back to back."""
+    burst = []
+    for b in range(bursts):
+        ids = [client.post("/api/v1/jobs/", json=trivial_spec(f"burst-{b}-{i}")).json()["id"] for i in range(size)]
+        burst += [_seconds(j) for j in _wait_released(client, ids)]
+    return burst
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=40)
@@ -43,19 +77,9 @@ def main() -> dict:
     args = parser.parse_args()
     with live_stack([("bench-node", "8xH100-80GB")]) as (stack, token):
         client = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=30)
-        rtt = []
-        for _ in range(50):
-            t = time.perf_counter()
-            client.get("/api/v1/pool/")
-            rtt.append(time.perf_counter() - t)
-        single = []
-        for i in range(args.jobs):
-            job_id = client.post("/api/v1/jobs/", json=trivial_spec(f"lat-{i}")).json()["id"]
-            single.append(_seconds(_wait_released(client, [job_id])[0]))
-        burst = []
-        for b in range(max(1, args.jobs // 8)):
-            ids = [client.post("/api/v1/jobs/", json=trivial_spec(f"burst-{b}-{i}")).json()["id"] for i in range(8)]
-            burst += [_seconds(j) for j in _wait_released(client, ids)]
+        rtt = read_rtt(client)
+        single = idle_latency(client, args.jobs)
+        burst = burst_latency(client, max(1, args.jobs // 8))
     result = {
         "benchmark": "start_latency", "jobs": len(single),
         "idle_median_s": round(statistics.median(single), 3), "idle_p95_s": round(percentile(single, 95), 3),
