@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections
@@ -43,15 +44,19 @@ class CycleLoop(threading.Thread):
 
     :meth:`wake` is cheap and never blocks (safe in a request's commit hook).
     The event is cleared *before* a cycle reads the queue, so an ask that comes
-    during a cycle makes one more cycle, never zero.
+    during a cycle makes one more cycle, never zero. After a cycle of ``d``
+    seconds the next starts no sooner than ``d * (1 / duty - 1)`` later: in one
+    process (``make run``) cycles on a long queue take at most ``duty`` of the
+    time, and the requests the rest.
     """
 
-    def __init__(self, run: Callable[[], None] = run_one_cycle):
+    def __init__(self, run: Callable[[], None] = run_one_cycle, duty: float = 0.5):
         super().__init__(name="e31-cycle-loop", daemon=True)
         self._run_once = run
         self.wanted = threading.Event()
         self.stopped = threading.Event()
         self.cycles = 0
+        self.duty = duty
 
     def wake(self) -> None:
         """Ask for a cycle (coalesced with every other ask until it starts)."""
@@ -68,11 +73,15 @@ class CycleLoop(threading.Thread):
             if self.stopped.is_set():
                 return
             self.wanted.clear()
+            started = time.monotonic()
             try:
                 self._run_once()
             except Exception:
                 log.exception("scheduling cycle failed")
             self.cycles += 1
+            rest = (time.monotonic() - started) * (1 / self.duty - 1)
+            if rest > 0.001 and self.stopped.wait(rest):
+                return
 
 
 def set_runner(runner: Callable[[], None] | None) -> Callable[[], None] | None:
