@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.utils import timezone
 
+from apps.jobs.fragments import stamp_ms
 from apps.metering.accounts import user_tz
 
 SNAPSHOT_MIN_INTERVAL_S = 1.0  # a client asking faster gets one snapshot a second, the last one late
@@ -23,13 +24,19 @@ class RefuseConsumer(WebsocketConsumer):
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
-    """A live page: authorise, join groups, send a full snapshot, then forward pushes.
+    """A live page: authorise, join groups, send a full snapshot, then render what changes.
 
     Subclasses give :meth:`groups_for` (the groups this user may watch here,
-    or None to refuse) and :meth:`snapshot` (the page's fragments as they
-    are now, as HTML). The groups are joined *before* the snapshot is read,
-    so no change falls between the two; a push older than the snapshot is
-    dropped by the client's version check (static/js/live.js).
+    or None to refuse), :meth:`snapshot` (the page's fragments as they are
+    now, as HTML) and :meth:`render_change` (the fragments a ``live.changed``
+    message calls for, read and rendered here, in the process holding the
+    socket: a page nobody watches is never rendered). The groups are joined
+    *before* the snapshot is read, so no change falls between the two; a
+    message older than the snapshot (its version, the sender's clock at the
+    change, is below the stamp taken before the snapshot's read) is skipped,
+    and a fragment older than the one shown is dropped by the client's
+    version check (static/js/live.js). Times are shown in the user's time
+    zone, read once per snapshot (not per job or per push).
 
     Refusals (anonymous, someone else's job, a path that does not parse)
     close before the handshake completes: the client gets no data at all.
@@ -44,6 +51,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.joined = []
         self.last_snapshot = 0.0
+        self.snapshot_stamp = 0
+        self.tz = None
         self.snapshot_due: asyncio.Task | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -81,9 +90,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.snapshot_due = asyncio.create_task(self._snapshot_later(wait))
 
     def _snapshot_local(self, user, **kwargs) -> str:
-        """:meth:`snapshot` with times in the user's own time zone, as their pages show them."""
-        with timezone.override(user_tz(user)):
+        """:meth:`snapshot` with times in the user's own time zone (read again now), as their pages show them."""
+        self.snapshot_stamp = stamp_ms()
+        self.tz = user_tz(user)
+        with timezone.override(self.tz):
             return self.snapshot(user, **kwargs)
+
+    def _render_local(self, user, event: dict, **kwargs) -> str:
+        with timezone.override(self.tz or user_tz(user)):
+            return self.render_change(user, event, **kwargs)
 
     async def _snapshot_later(self, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -91,8 +106,24 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self._send_snapshot()
 
     async def live_html(self, event: dict) -> None:
-        """A push from :mod:`apps.jobs.live`: fragments to forward as they are."""
+        """Fragments rendered by the sender: forwarded as they are."""
         await self.send(text_data=event["html"])
+
+    async def live_changed(self, event: dict) -> None:
+        """A change message from :mod:`apps.jobs.live`: render what it calls for and send it."""
+        if event.get("version", 0) < self.snapshot_stamp:
+            return  # committed before the snapshot's read began: the snapshot shows it
+        html = await database_sync_to_async(self._render_local)(self.scope["user"], event,
+                                                                **self.scope["url_route"]["kwargs"])
+        if html:
+            await self.send(text_data=html)
+
+    async def live_log(self, event: dict) -> None:
+        """New log bytes (:func:`apps.jobs.live.log_chunk_added`): rendered here, no database read."""
+        from apps.jobs.fragments import render_log_chunk
+
+        await self.send(text_data=render_log_chunk(event["job"], attempt=event["attempt"], offset=event["offset"],
+                                                   data=event["data"], version=event["version"]))
 
     async def _join(self) -> None:
         for group in self.joined:
@@ -112,3 +143,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def snapshot(self, user, **kwargs: str) -> str:
         """The page's live fragments as they are now (HTML)."""
         raise NotImplementedError
+
+    def render_change(self, user, event: dict, **kwargs: str) -> str:
+        """The fragments ``event`` (``{"page", "id", "version", ...}``) calls for, as they are now; "" for none."""
+        return ""

@@ -1,8 +1,10 @@
 """Standalone mode: the whole site in one process, plus two local agents.
 
 ``make run`` calls ``manage.py standalone``. One process serves HTTP and
-WebSockets (Daphne), runs Celery tasks eagerly (no broker) and runs the
-periodic work (scheduling cycle, node watch) on a timer; two agents with
+WebSockets (Daphne), runs Celery tasks eagerly (no broker), runs scheduling
+cycles in a coalescing loop of its own (:class:`apps.pool.cycle_loop.CycleLoop`:
+what Celery and the Redis flag do in production; a request only asks for a
+cycle, never runs one) and the periodic work (node watch, a cycle) on a timer; two agents with
 simulated GPUs run as child processes, each in its own work dir. Ctrl-C
 stops the server, then the agents (which stop their jobs), and waits for
 them, so nothing is left behind.
@@ -20,7 +22,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
@@ -60,19 +61,24 @@ def demo_account() -> tuple[str, str]:
 
 
 def periodic_work() -> None:
-    """What Celery beat does in production: one scheduling cycle and one node watch."""
-    from apps.pool.tasks import node_watch_task, schedule_cycle_task
+    """What Celery beat does in production: one node watch, and a scheduling cycle asked for."""
+    from django.db import close_old_connections
 
-    node_watch_task()
-    schedule_cycle_task()
+    from apps.pool.cycle_loop import cycle_wanted
+    from apps.pool.tasks import node_watch_task
+
+    close_old_connections()
+    try:
+        node_watch_task()
+    finally:
+        close_old_connections()
+    cycle_wanted()
 
 
 class Beat(threading.Thread):
-    """Runs :func:`periodic_work` every ``period`` seconds inside the server's event loop.
-
-    Running it through the loop (not in this thread) keeps every use of the
-    in-memory channel layer on the loop that owns it.
-    """
+    """Runs :func:`periodic_work` every ``period`` seconds in this thread (its own database
+    connection; pushes reach the in-memory channel layer through the server's loop,
+    :func:`apps.jobs.live.set_local_loop`)."""
 
     def __init__(self, period: float):
         super().__init__(name="e31-beat", daemon=True)
@@ -85,7 +91,7 @@ class Beat(threading.Thread):
             if self.loop is None:
                 continue
             try:
-                asyncio.run_coroutine_threadsafe(sync_to_async(periodic_work)(), self.loop).result(timeout=120)
+                periodic_work()
             except Exception:
                 log.exception("periodic work failed")
 
@@ -127,15 +133,21 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     """Serve the site on ``host:port`` until interrupted, with the beat and local agents."""
     from daphne.server import Server
 
+    from apps.jobs.live import set_local_loop
+    from apps.pool.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
 
     url = f"http://{host}:{port}"
     user, password = demo_account()
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
+    cycles = CycleLoop()
     procs: list[subprocess.Popen] = []
 
     def ready() -> None:
         beat.loop = asyncio.get_event_loop()
+        set_local_loop(beat.loop)  # before the first push or cycle
+        set_runner(cycles.wake)
+        cycles.start()
         procs.extend(start_agents(url, agents))
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
@@ -148,6 +160,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
                http_timeout=None, websocket_handshake_timeout=10).run()
     finally:
         beat.stopped.set()
+        cycles.stop()
         print("  stopping agents...", flush=True)
         stop_agents(procs)
         print("  stopped.", flush=True)

@@ -2,6 +2,7 @@
 import pytest
 from rest_framework.test import APIClient
 
+from .cycles import HarnessCycles
 from .factories import UserFactory, node_with_gpus
 
 
@@ -20,6 +21,15 @@ def pool(db):
     """node-a: 4 x H100-80GB; node-b: 2 x A100-40GB."""
     return [node_with_gpus("node-a", count=4), node_with_gpus("node-b", count=2, model="A100-40GB",
                                                               memory_mb=40960)]
+
+
+@pytest.fixture(autouse=True)
+def cycles():
+    """The scheduling cycles commits ask for run here, after the request that asked (tests/cycles.py)."""
+    harness = HarnessCycles()
+    harness.install()
+    yield harness
+    harness.uninstall()
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,7 @@ from apps.metering.limits import spend_limit_enforce
 from . import live
 from .choices import HOLDING, EndReason, JobState, Outcome
 from .models import Job, JobArray, JobEvent
-from .services import _unsaved_job, job_cancel, job_submit, spec_validate
+from .services import _after_submit, _unsaved_job, job_cancel, job_submit, spec_validate
 from .spec import SpecError
 from .state import transition_bulk
 
@@ -79,11 +79,9 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         array = first.array
         job_ids = [first.pk] + _copy_job(first.pk, size - 1)
         _events_submitted(array, detail=f"submitted (array {array.pk} of {size:,} tasks)")
-        array_changed(array.pk)  # one new row on the owner's live "My jobs", not N
-        live.pool_changed()  # N more waiting: one push
-        from apps.pool.tasks import enqueue_schedule_cycle
-
-        enqueue_schedule_cycle()  # one cycle for all N
+        # One row on the owner's live "My jobs" (task 0 stands for the array), one pool
+        # push and one scheduling cycle for all N.
+        _after_submit(owner.pk, [first.pk])
     return ArraySubmitted(array, job_ids)
 
 
@@ -169,7 +167,7 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
         for job in Job.objects.filter(array=array, state__in=HOLDING, cancel_requested_at__isnull=True):
             job_cancel(job=job, by=by)
             stopping += 1
-        array_changed(array.pk)
+        array_changed(array)
     return ArrayCancelled(len(released), stopping)
 
 
@@ -248,21 +246,9 @@ def array_counts(array_ids: Iterable[int]) -> dict[int, ArrayCounts]:
 
 
 # --- live ----------------------------------------------------------------------
-def array_changed(array_id: int) -> None:
-    """After commit: push the array's row of "My jobs" (its counts), once per transaction."""
-    live._once_on_commit(f"array-{array_id}", lambda: publish_array(array_id))
-
-
-def publish_array(array_id: int) -> None:
-    """Render the array's row as it is now and send it to its owner's live pages."""
-    from apps.metering.accounts import user_tz
-
-    from .fragments import render_array_row, stamp_ms
-
-    stamp = stamp_ms()
-    array = JobArray.objects.filter(pk=array_id).select_related("owner").first()
-    if array is None:
-        return
-    with timezone.override(user_tz(array.owner)):
-        html = render_array_row(array, stamp=stamp)
-    live._send([(live.user_group(array.owner_id), html)])
+def array_changed(array: JobArray) -> None:
+    """After commit: tell the owner's live pages that the array's row changed: one message
+    naming task 0, whose row "My jobs" renders as the array's (:func:`.fragments.render_row`)."""
+    first = Job.objects.filter(array=array, array_index=0).values_list("pk", flat=True).first()
+    if first is not None:
+        live.job_changed(first, array.owner_id)

@@ -1,27 +1,27 @@
-"""Push committed changes to the browsers watching them (issue 5, docs/live.md).
+"""Tell the browsers watching a page that it changed (issue 5; issue 10, item 2; docs/live.md).
 
 Every function here is called *inside* the transaction that makes the change
 and sends nothing until it commits (``transaction.on_commit``): a rolled-back
-change is never shown, and what is sent is read after the commit, so it is
-at least as new as the change. The callbacks are ``robust``: a push that
-fails is logged and never stops the hooks registered after it (the
-scheduling cycle a release asks for). Web processes and Celery workers alike send
-through the channel layer (Redis in production, so a change made in a worker
-reaches a socket held by any Daphne process).
+change is never announced. What is sent is small: ``{"type": "live.changed",
+"page": ..., "id": ..., "version": stamp_ms}``; nothing is rendered here. The
+consumer holding a socket on that page (:mod:`e31site.consumers`) reads and
+renders the fragments for its own user when the message arrives, so a page
+nobody watches costs one tiny message, and rendering reads what the database
+holds after the commit. Messages to one group are coalesced: the first goes at
+once, the ones that follow within :data:`COALESCE_S` are merged into one sent
+when that time is up (at most a few a second per group and process). The
+callbacks are ``robust`` and never wait for the send: a push that fails is
+logged and costs only freshness until the page's next snapshot.
 
 Groups (channel-layer names):
 
-- ``job-<id>``: the job page's sockets (the owner's only); the page's
-  fragments after each event, log chunks, staging progress.
-- ``user-<id>``: every live page of that user; one row of "My jobs" per
-  changed job, and the scheduler's position/estimate updates, one message
-  per user per cycle.
-- ``pool`` / ``pool-staff``: the pool page; the staff part (nodes, queue)
-  only to staff sockets.
-
-A message is ``{"type": "live.html", "html": "..."}``: fragments the
-consumer forwards unchanged. Several changes of one job (or of the pool) in
-one transaction send one message.
+- ``user-<id>``: every live page of that user: "My jobs" and the user's job
+  pages. ``page: "user"``, ``jobs``: the ids of the jobs that changed, or
+  None for "any queued job of theirs" (a scheduling cycle that moved many).
+- ``job-<id>``: the job page's sockets: new log bytes (``live.log``, the
+  bytes themselves, rendered by the consumer).
+- ``pool``: the pool page (``page: "pool"``); staff sockets also render the
+  nodes and queue.
 """
 from __future__ import annotations
 
@@ -29,18 +29,20 @@ import asyncio
 import logging
 import os
 import threading
-from collections import defaultdict
+import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
-from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
-MESSAGE_TYPE = "live.html"  # handled by the consumers' live_html()
-SEND_TIMEOUT_S = 5.0
+MESSAGE_TYPE = "live.changed"  # handled by the consumers' live_changed()
+LOG_MESSAGE_TYPE = "live.log"  # handled by the consumers' live_log()
+COALESCE_S = 0.25  # per group and process: at most one message per this many seconds, the last one late
+MAX_JOB_IDS = 200  # a "user" message naming more jobs names none ("any queued job")
 
 
 def job_group(job_id: int) -> str:
@@ -54,7 +56,12 @@ def user_group(user_id: int) -> str:
 
 
 POOL_GROUP = "pool"
-POOL_STAFF_GROUP = "pool-staff"
+POOL_STAFF_GROUP = "pool-staff"  # kept for older sockets; nothing is sent to it any more
+
+
+def stamp_ms() -> int:
+    """The message version: the server's clock in ms (as :func:`apps.jobs.fragments.stamp_ms`)."""
+    return int(time.time() * 1000)
 
 
 # --- after commit, once per transaction -------------------------------------
@@ -71,102 +78,173 @@ def _once_on_commit(key: str, func: Callable[[], None]) -> None:
     transaction.on_commit(func, robust=True)
 
 
-def job_changed(job_id: int) -> None:
-    """After commit: push job ``job_id``'s page fragments and its "My jobs" row.
+def job_changed(job_id: int, owner_id: int | None = None) -> None:
+    """After commit: tell the owner's live pages (the job's page and row) that job ``job_id`` changed.
 
     Called by :func:`apps.jobs.state.event_add` (every state change and
-    timeline event), by submit, and by staging progress.
+    timeline event), by submit, and by staging progress. ``owner_id`` saves a
+    lookup when the caller has it.
     """
-    _once_on_commit(f"job-{job_id}", lambda: publish_job(job_id))
+    def send() -> None:
+        owner = owner_id
+        if owner is None:
+            from .models import Job
+
+            owner = Job.objects.filter(pk=job_id).values_list("owner_id", flat=True).first()
+            if owner is None:
+                return
+        jobs_changed(owner, [job_id])
+
+    _once_on_commit(f"job-{job_id}", send)
+
+
+def jobs_changed(owner_id: int, job_ids: Iterable[int] | None) -> None:
+    """Tell user ``owner_id``'s live pages that ``job_ids`` changed (None: any queued job of theirs).
+
+    Sends at once (call it after the commit, or let the helpers above do it).
+    """
+    ids = None if job_ids is None else sorted(set(job_ids))
+    if ids is not None and len(ids) > MAX_JOB_IDS:
+        ids = None
+    publish(user_group(owner_id), {"page": "user", "id": owner_id, "jobs": ids})
 
 
 def pool_changed() -> None:
-    """After commit: push the pool page (GPUs free or queue length may have changed)."""
-    _once_on_commit("pool", publish_pool)
+    """After commit: tell the pool page (GPUs free or queue length may have changed)."""
+    _once_on_commit("pool", lambda: publish(POOL_GROUP, {"page": "pool", "id": 0}))
 
 
 def log_chunk_added(job_id: int, *, attempt: int, offset: int, data: bytes, log_size: int) -> None:
-    """After commit: push ``data``, stored at byte ``offset`` of the attempt's log, to the job page."""
+    """After commit: send ``data``, stored at byte ``offset`` of the attempt's log, to the job page."""
     def send() -> None:
-        from .fragments import render_log_chunk
-
-        html = render_log_chunk(job_id, attempt=attempt, offset=offset, data=data, version=log_size)
-        _send([(job_group(job_id), html)])
+        _offer(job_group(job_id), {"type": LOG_MESSAGE_TYPE, "job": job_id, "attempt": attempt, "offset": offset,
+                                   "data": bytes(data), "version": log_size}, coalesce=False)
 
     transaction.on_commit(send, robust=True)
 
 
-def queue_changed(job_ids: Iterable[int]) -> None:
-    """After commit: push the new queue positions/estimates/reasons of ``job_ids``, one message per owner."""
-    ids = list(job_ids)
-    if ids:
-        transaction.on_commit(lambda: publish_queue(ids), robust=True)
+def queue_changed(changes: Iterable[tuple[int, int]]) -> None:
+    """After commit: tell each owner that the queue places/estimates/reasons of their jobs changed.
+
+    ``changes`` is ``(owner_id, job_id)`` pairs; one message per owner.
+    """
+    by_owner: dict[int, list[int]] = {}
+    for owner, job_id in changes:
+        by_owner.setdefault(owner, []).append(job_id)
+    if by_owner:
+        transaction.on_commit(lambda: [jobs_changed(o, ids) for o, ids in by_owner.items()], robust=True)
 
 
-# --- rendering and sending ---------------------------------------------------
-def publish_job(job_id: int) -> None:
-    """Render job ``job_id``'s page fragments and row as they are now and send them."""
-    from apps.metering.accounts import user_tz
-
-    from .fragments import render_job_fragments, render_row, stamp_ms
-    from .models import Job
-
-    stamp = stamp_ms()  # before the read: a later read always carries a later stamp
-    job = Job.objects.filter(pk=job_id).select_related("owner").prefetch_related("leases").first()
-    if job is None:
-        return
-    with timezone.override(user_tz(job.owner)):  # only the owner sees these fragments
-        page, row = render_job_fragments(job, with_log=False, stamp=stamp), render_row(job, stamp=stamp)
-    _send([(job_group(job.pk), page)])  # the page first
-    _send([(user_group(job.owner_id), row)])
+# --- coalescing and sending --------------------------------------------------
+def publish(group: str, message: dict[str, Any]) -> None:
+    """Send a ``live.changed`` message to ``group`` now, coalesced with others to the same group."""
+    _offer(group, {"type": MESSAGE_TYPE, **message, "version": stamp_ms()}, coalesce=True)
 
 
-def publish_queue(job_ids: list[int]) -> None:
-    """Send each owner of ``job_ids`` one message: the queue part and the row of each of their jobs."""
-    from apps.metering.accounts import user_tz
-
-    from .fragments import render_row, render_status, stamp_ms
-    from .models import Job
-
-    stamp = stamp_ms()
-    by_owner: dict[int, list[str]] = defaultdict(list)
-    for job in Job.objects.filter(pk__in=job_ids).select_related("owner").prefetch_related("leases").order_by("pk"):
-        with timezone.override(user_tz(job.owner)):
-            by_owner[job.owner_id] += [render_status(job, stamp=stamp), render_row(job, stamp=stamp)]
-    _send([(user_group(owner), "".join(parts)) for owner, parts in by_owner.items()])
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Two messages to one group as one: the newer version, the union of the jobs named."""
+    merged = {**old, **new}
+    if "jobs" in old or "jobs" in new:
+        a, b = old.get("jobs"), new.get("jobs")
+        union = None if a is None or b is None else sorted(set(a) | set(b))
+        merged["jobs"] = None if union is not None and len(union) > MAX_JOB_IDS else union
+    merged["version"] = max(old.get("version", 0), new.get("version", 0))
+    return merged
 
 
-def publish_pool() -> None:
-    """Render the pool page's fragments as they are now and send them (staff part to staff only)."""
-    from apps.pool.fragments import render_pool, render_staff
+class Coalescer:
+    """Per event loop: the first message to a group goes at once; those that follow within
+    :data:`COALESCE_S` are merged (:func:`merge`) and sent when that time is up."""
 
-    from .fragments import stamp_ms
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.last: dict[str, float] = {}
+        self.pending: dict[str, dict[str, Any]] = {}
 
-    stamp = stamp_ms()
-    _send([(POOL_GROUP, render_pool(stamp=stamp)), (POOL_STAFF_GROUP, render_staff(stamp=stamp))])
+    async def offer(self, group: str, message: dict[str, Any], coalesce: bool) -> None:
+        loop = asyncio.get_running_loop()
+        if not coalesce:
+            await self.layer.group_send(group, message)
+            return
+        if group in self.pending:
+            self.pending[group] = merge(self.pending[group], message)
+            return
+        now = loop.time()
+        wait = self.last.get(group, -1e9) + COALESCE_S - now
+        if wait <= 0:
+            self.last[group] = now
+            if len(self.last) > 10_000:  # forget groups quiet for longer than the window
+                self.last = {g: t for g, t in self.last.items() if t > now - COALESCE_S}
+            await self.layer.group_send(group, message)
+            return
+        self.pending[group] = message
+        loop.call_later(wait, lambda: asyncio.ensure_future(self._flush(group)))
+
+    async def _flush(self, group: str) -> None:
+        message = self.pending.pop(group, None)
+        if message is None:
+            return
+        self.last[group] = asyncio.get_running_loop().time()
+        try:
+            await self.layer.group_send(group, message)
+        except Exception:
+            log.warning("could not push a live update to %s", group, exc_info=True)
 
 
-def _send(messages: list[tuple[str, str]]) -> None:
-    """Send ``(group, html)`` pairs, in order; waits until the layer has them (at most
-    :data:`SEND_TIMEOUT_S`). A failure is logged, never raised: the change is committed, and a
-    lost push costs only freshness until the page's next snapshot."""
+_coalescers: dict[int, Coalescer] = {}
+
+
+def _coalescer(layer, loop: asyncio.AbstractEventLoop) -> Coalescer:
+    key = id(loop)
+    found = _coalescers.get(key)
+    if found is None or found.layer is not layer:
+        found = _coalescers[key] = Coalescer(layer)
+    return found
+
+
+def _offer(group: str, message: dict[str, Any], *, coalesce: bool) -> None:
+    """Hand ``message`` to the loop that sends for this process; never waits for it.
+
+    channels-redis: this process's sender loop (its own thread). The in-memory layer
+    (standalone): the server's loop, registered by :func:`set_local_loop`; without one
+    (a shell, a script) it is sent at once, uncoalesced, through ``async_to_sync``.
+    """
     layer = get_channel_layer()
-    if layer is None or not messages:
+    if layer is None:
         return
+    if type(layer).__module__.startswith("channels_redis"):
+        loop = _sender_loop()
+    else:
+        loop = _local_loop
+        if loop is None or loop.is_closed():
+            try:
+                async_to_sync(layer.group_send)(group, message)
+            except Exception:
+                log.warning("could not push a live update to %s", group, exc_info=True)
+            return
+    coalescer = _coalescer(layer, loop)
 
-    async def send_all() -> None:
-        for group, html in messages:
-            await layer.group_send(group, {"type": MESSAGE_TYPE, "html": html})
+    def done(future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("could not push a live update to %s", group, exc_info=future.exception())
 
     try:
-        if type(layer).__module__.startswith("channels_redis"):
-            asyncio.run_coroutine_threadsafe(send_all(), _sender_loop()).result(SEND_TIMEOUT_S)
-        else:
-            # The in-memory layer (standalone, one process) holds asyncio queues of the
-            # server's loop: send from there (async_to_sync finds it), never from another loop.
-            async_to_sync(send_all)()
-    except Exception:
-        log.warning("could not push a live update to %s", [g for g, _ in messages], exc_info=True)
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        loop.create_task(coalescer.offer(group, message, coalesce)).add_done_callback(done)
+    else:
+        asyncio.run_coroutine_threadsafe(coalescer.offer(group, message, coalesce), loop).add_done_callback(done)
+
+
+_local_loop: asyncio.AbstractEventLoop | None = None
+
+
+def set_local_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Standalone: the server's event loop, which owns the in-memory channel layer's queues."""
+    global _local_loop
+    _local_loop = loop
 
 
 _loop: tuple[int, asyncio.AbstractEventLoop] | None = None
@@ -179,7 +257,8 @@ def _sender_loop() -> asyncio.AbstractEventLoop:
     ``async_to_sync`` from plain sync code (a Celery task, an agent report)
     starts a new event loop per call, and channels-redis opens a new Redis
     connection per loop: ~8 ms a push. One long-lived loop keeps its
-    connection. Made per process id, so a forked worker gets its own.
+    connection, and runs the coalescing timers. Made per process id, so a
+    forked worker gets its own.
     """
     global _loop
     with _loop_lock:

@@ -100,8 +100,8 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
                attachments: Mapping[str, Upload] | None = None) -> Job:
     """Accept a job: validate, store it queued, ask for a scheduling cycle on commit.
 
-    One short transaction; the job goes straight to rented in that cycle if
-    matching GPUs are free.
+    One short transaction and, after it, small messages (:func:`_after_submit`); the
+    cycle runs elsewhere, and the job goes to rented in it if matching GPUs are free.
 
     Raises:
         SpecError: the spec is invalid, no known node could ever hold it, or its
@@ -117,12 +117,24 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()
         JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
-        live.job_changed(job.pk)  # a new row on the owner's live "My jobs"
-        live.pool_changed()  # one more job waiting
-        from apps.pool.tasks import enqueue_schedule_cycle
-
-        enqueue_schedule_cycle()
+        _after_submit(owner.pk, [job.pk])
     return job
+
+
+def _after_submit(owner_id: int, job_ids: list[int]) -> None:
+    """The post-commit part of a submit (one job or many): call inside the submit's transaction.
+
+    After commit: one small message to the owner's live pages (new rows), one to the pool
+    page (more jobs waiting), and one ask for a scheduling cycle. Nothing is rendered and
+    no cycle runs here (issue 10): the cycle runs in a Celery worker, or in the local
+    loop of ``make run`` (:mod:`apps.pool.cycle_loop`).
+    """
+    from apps.pool.tasks import enqueue_schedule_cycle
+
+    ids = list(job_ids)
+    transaction.on_commit(lambda: live.jobs_changed(owner_id, ids), robust=True)
+    live.pool_changed()
+    enqueue_schedule_cycle()
 
 
 class CancelEffect(StrEnum):
@@ -220,7 +232,7 @@ def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     fetched = report.get("bytes_fetched", done if "bytes_cached" not in report else 0)
     if fetched:
         _staging_seconds_set(lease, now)
-    live.job_changed(job.pk)  # staging progress on the job page, after commit
+    live.job_changed(job.pk, job.owner_id)  # staging progress on the job page, after commit
 
 
 def _staging_seconds_set(lease: Lease, now: datetime) -> None:

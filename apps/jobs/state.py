@@ -32,7 +32,7 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
     at = at or timezone.now()
     Job.objects.filter(pk=job.pk).update(event_seq=F("event_seq") + 1)
     job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
-    live.job_changed(job.pk)  # pushed after commit, once per transaction
+    live.job_changed(job.pk, job.owner_id)  # pushed after commit, once per transaction
     return JobEvent.objects.create(job=job, seq=job.event_seq, at=at, from_state=from_state,
                                    to_state=to_state, detail=detail[:500])
 

@@ -42,7 +42,14 @@ def node_watch_task() -> None:
 
 
 def _send_cycle() -> None:
-    if settings.REDIS_URL and not settings.CELERY_TASK_ALWAYS_EAGER:
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        # No broker: this process's coalescing loop runs it, never the caller
+        # (a web request's commit hook must not run a cycle).
+        from .cycle_loop import cycle_wanted
+
+        cycle_wanted()
+        return
+    if settings.REDIS_URL:
         # Coalesce bursts: while one cycle is queued and not started, events
         # ask for nothing more (SET NX); the queued cycle will see them all.
         # The TTL bounds the damage of a lost task: the next event re-asks.
@@ -55,5 +62,9 @@ def _send_cycle() -> None:
 
 
 def enqueue_schedule_cycle() -> None:
-    """Ask for a scheduling cycle once the current transaction commits."""
+    """Ask for a scheduling cycle once the current transaction commits.
+
+    Costs the caller one small message at most (a Redis SET NX and a Celery task, or
+    an event set for the local loop in eager mode); the cycle runs elsewhere.
+    """
     transaction.on_commit(_send_cycle)

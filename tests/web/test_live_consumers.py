@@ -126,13 +126,16 @@ def test_it_sends_a_snapshot_first_then_every_change_with_rising_versions(owner)
         await db(agent.say, "exited", exit_code=0, reason="exit")
         await db(agent.say, "finished")
         states = []
-        while len(states) < 3:  # running, output, released (accepted adds no event)
+        while "released" not in states:  # running, output, released (accepted adds no event)
             html = await comm.receive_from(TIMEOUT)
             if f'id="job-{job.pk}-status"' in html:
                 seen.append(versions(html, f"job-{job.pk}-status"))
                 states.append(re.search(r'data-job-state="(\w+)"', html).group(1))
-        assert states == ["running", "output", "released"]
-        assert seen == sorted(seen) and len({v[0] for v in seen}) == len(seen)  # event_seq rises each time
+        # Messages within COALESCE_S of each other are merged, and the consumer renders the job as it
+        # is when a message arrives: states may be skipped, never shown out of order or going back.
+        order = ["rented", "running", "output", "released"]
+        assert states == sorted(states, key=order.index) and set(states) <= set(order)
+        assert seen == sorted(seen)  # versions never go back
         await comm.disconnect()
 
     run(scenario)
@@ -249,11 +252,10 @@ def test_my_jobs_gets_new_rows_and_one_message_per_user_per_cycle(owner, strange
         messages = []
         while not await comm.receive_nothing(0.5):
             messages.append(await comm.receive_from(TIMEOUT))
-        # The first job is placed (its own state message); the other two get positions in ONE message.
+        # The first job is placed; the other two get new positions: ONE message for the cycle.
         queue_messages = [m for m in messages if "job-row-" in m and 'data-job-state="queued"' in m]
         assert len(queue_messages) == 1
         assert all(f'id="job-row-{j.pk}"' in queue_messages[0] for j in jobs[1:])
-        assert all(f'id="job-{j.pk}-status"' in queue_messages[0] for j in jobs[1:])
         await comm.disconnect()
 
     run(scenario)
