@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import container, node_inputs
+from .sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, StaleAttempt
 from .config import Workdir
@@ -67,6 +68,7 @@ class JobRun:
         limits: dict[str, Any] | None = None,
         job_user: tuple[int, int] | None = None,
         cgroups: JobCgroups | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.assignment = assignment
         self.ref = assignment.ref
@@ -84,6 +86,7 @@ class JobRun:
         self.limits = dict(limits or {})  # nofile, cpus (ids to pick from), memory_bytes cap
         self.job_user = job_user  # (uid, gid) the command runs as, when the agent is root
         self.cgroups = cgroups  # per-job cgroup v2 memory caps, where the agent may make them
+        self.sandbox = sandbox  # the tenant sandbox (e31_agent.sandbox); None: --unsafe-no-sandbox
         self.resuming = False
         self.phase = "new"
         self.result: RunResult | None = None
@@ -389,10 +392,17 @@ class JobRun:
                 real_gpus=self.real_gpus,
                 name=f"e31-{self.workdir.scope}-{a.job_id}-{a.attempt}",
                 user=self.job_user,
+                slot_user=SLOT_PLACEHOLDER if self.sandbox is not None and self.sandbox.slots else None,
+                network=a.spec.network if self.sandbox is not None else None,
             )
         else:
             launch = container.plain(a.spec.command)
         env.update(launch.env)
+        limits = job_limits(a, self.limits, self.job_user, cgroup=self._cgroup())
+        if self.sandbox is not None:
+            nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if self.real_gpus and a.gpu_indices else []
+            limits["sandbox"] = self.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
+                                                  image=bool(a.spec.image))
         return JobProcess.start(
             launch.argv,
             cwd=job_dir,
@@ -400,7 +410,7 @@ class JobRun:
             log_path=self.workdir.log_path(a.job_id, a.attempt),
             run_dir=self.state.path,
             teardown=launch.teardown,
-            limits=job_limits(a, self.limits, self.job_user, cgroup=self._cgroup()),
+            limits=limits,
         )
 
     def _cgroup(self) -> Path | None:
