@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from . import container, node_inputs
-from .sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, StaleAttempt
 from .config import Workdir
@@ -35,6 +34,7 @@ from .packer import Bundle, pack
 from .paths import remove_tree
 from .reports import Reporter
 from .runner import JobProcess, RunResult, build_env, new_marker, supervise
+from .sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 from .staging import Stager, StagingAborted, StagingError
 from .state import RunState, read_json, write_json
 from .uploader import UploadError, upload_bundle

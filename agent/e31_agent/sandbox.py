@@ -12,7 +12,8 @@ What a job's command gets (docs/SPEC.md §6, docs/security.md):
   capability before the command starts and sets ``no_new_privs``, and the
   command may make no further user namespace (``--disable-userns``);
 - **a mount namespace** in which, of the host's files, it sees only: its own
-  job dir (read-write, at its usual path, the working dir and ``HOME``);
+  job dir (read-write, at ``/job``, the working dir and ``HOME``, as in a
+  container; no path of the agent's work dir shows);
   ``/usr`` and the ``/bin``, ``/lib``... links, a few files of ``/etc``
   (name service, TLS roots, time zone, ``ld.so.cache``; a ``/etc/passwd``
   with its own user), ``/sys`` and the agent's Python (the venv and the
@@ -80,6 +81,7 @@ ETC_FILES = (
 NVIDIA_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 PR_SET_NO_NEW_PRIVS = 38
 SLOT_PLACEHOLDER = "@E31_SLOT_UID@:@E31_SLOT_GID@"  # in a container runtime's argv: the slot's uid:gid
+JOB_MOUNT = "/job"  # where the job dir is inside the sandbox (its working dir and HOME), as in containers
 STAGE_DIR = "/run/e31-agent/stage"  # a mount point in the sandbox starter's own mount namespace
 CLONE_NEWNS = 0x00020000
 MS_BIND, MS_REC, MS_PRIVATE, MS_NOSUID, MS_NODEV = 0x1000, 0x4000, 1 << 18, 0x2, 0x4
@@ -541,7 +543,7 @@ def _build(p: Prepared) -> None:
             argv += ["--ro-bind", path, path]
     for name in ETC_FILES:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    data = _etc_data(inner_uid, inner_gid, job_dir)
+    data = _etc_data(inner_uid, inner_gid, JOB_MOUNT)
     data["/etc/resolv.conf"] = (f"nameserver {SLIRP_DNS}\n" if plan["network"] == "egress" else "").encode()
     data["/etc/hostname"] = b"e31-job\n"
     for dest, content in data.items():
@@ -555,14 +557,14 @@ def _build(p: Prepared) -> None:
              "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
     for node in plan.get("gpu_nodes") or []:
         argv += ["--dev-bind-try", node, node]
-    sources = [(path, True) for path in plan.get("ro_paths") or []] + [(job_dir, False)]
-    for i, (path, read_only) in enumerate(sources):
+    sources = [(path, path, True) for path in plan.get("ro_paths") or []] + [(job_dir, JOB_MOUNT, False)]
+    for i, (path, dest, read_only) in enumerate(sources):
         src = path
         if p.uid is not None:  # the slot user may lack search rights on the parents: stage it
             src = f"{STAGE_DIR}/{i}"
             p.binds.append((path, src))
-        argv += ["--ro-bind" if read_only else "--bind", src, path]
-    argv += ["--chdir", job_dir]
+        argv += ["--ro-bind" if read_only else "--bind", src, dest]
+    argv += ["--chdir", JOB_MOUNT, "--setenv", "HOME", JOB_MOUNT, "--setenv", "PWD", JOB_MOUNT]
     # bubblewrap tells the sandbox's pid and waits until its network is set up
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()

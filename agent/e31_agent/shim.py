@@ -12,7 +12,12 @@ the shim again when it starts and takes the job up where it was
    ``stop_at`` (epoch seconds) and ``grace_s``: the shim's own time limit,
    ``cgroup``: a cgroup v2 dir the shim moves itself into before it starts
    the command, so the command and all it forks are capped by its
-   ``memory.max`` (:mod:`e31_agent.cgroups`);
+   ``memory.max`` (:mod:`e31_agent.cgroups`); ``sandbox``: the plan of the
+   attempt's tenant sandbox (:mod:`e31_agent.sandbox`): the shim takes a
+   slot user (and holds it while it lives), hands the job dir to it and
+   starts the command inside bubblewrap; for ``network: egress`` it starts
+   slirp4netns before the command may run, and lets it go when the command
+   has ended;
 2. becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux
    3.4+), so every descendant of the job that loses its parent, also one
    that double-forked and called ``setsid``, is re-parented to the shim
