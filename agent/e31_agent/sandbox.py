@@ -343,7 +343,8 @@ class Prepared:
     def _deny_routes(self, pid: int) -> None:
         """``unreachable`` routes in the sandbox's network namespace to the host's own addresses
         and the denied networks, so egress never leads back to this host or its neighbours' services."""
-        targets = sorted(set(host_addresses()) | {str(ipaddress.ip_network(c, strict=False)) for c in self.plan["deny"]})
+        denied = {str(ipaddress.ip_network(c, strict=False)) for c in self.plan["deny"]}
+        targets = sorted(set(host_addresses()) | denied)
         enter = ["nsenter", f"--target={pid}", "--net"]
         if os.geteuid() != 0:
             enter = ["nsenter", f"--target={pid}", "--user", "--net", "--preserve-credentials"]

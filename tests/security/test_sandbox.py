@@ -226,6 +226,13 @@ def test_two_tenants_probe_their_sandboxes(stack, tmp_path):
     # egress reaches the outside, and nothing of this host's
     assert alice.get("allowed_url") == OUTSIDE_BODY, alice.get("allowed_url_error")
     assert bob.get("allowed_url") == OUTSIDE_BODY, bob.get("allowed_url_error")
+    # no descriptor of the sandbox's setup leaks in: stdin, the log, and the listing's own
+    for res in (alice, bob):
+        leftover = {fd: t for fd, t in res["open_fds"].items() if fd not in ("0", "1", "2")}
+        assert all(t.startswith("/proc/") for t in leftover.values()) and len(leftover) <= 1, res["open_fds"]
+    # egress: the cloud metadata range is an unreachable route (RTF_REJECT), as is every host address
+    reject = [line.split() for line in alice["routes"] if int(line.split()[3], 16) & 0x0200]
+    assert any(fields[1] == "0000FEA9" for fields in reject), alice["routes"]
     # network: none has loopback only
     assert offline["interfaces"] == ["lo"] and offline["routes"] == [], offline
     # CUDA_VISIBLE_DEVICES names the one leased GPU, by UUID
