@@ -71,6 +71,7 @@ DEFAULT_DENY = ("169.254.0.0/16",)
 NETWORKS = ("egress", "none")
 SLIRP_MTU = 65520
 SLIRP_DNS = "10.0.2.3"
+SLIRP_TRIES = 3
 NETWORK_SETUP_TIMEOUT_S = 10.0
 # files of /etc a job may read (name service, TLS roots, time zone, the loader's cache)
 ETC_FILES = (
@@ -80,6 +81,7 @@ ETC_FILES = (
 )  # fmt: skip
 NVIDIA_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 PR_SET_NO_NEW_PRIVS = 38
+NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: the user namespace that owns it (linux/nsfs.h)
 SLOT_PLACEHOLDER = "@E31_SLOT_UID@:@E31_SLOT_GID@"  # in a container runtime's argv: the slot's uid:gid
 JOB_MOUNT = "/job"  # where the job dir is inside the sandbox (its working dir and HOME), as in containers
 STAGE_DIR = "/run/e31-agent/stage"  # a mount point in the sandbox starter's own mount namespace
@@ -301,7 +303,14 @@ class Prepared:
             pid = int(info["child-pid"])
             slirp = None
             if self.plan["network"] == "egress":
-                slirp = self._slirp(pid, timeout_s)
+                for attempt in range(SLIRP_TRIES):  # slirp4netns set-up now and then fails when several start at once
+                    try:
+                        slirp = self._slirp(pid, timeout_s)
+                        break
+                    except OSError:
+                        if attempt == SLIRP_TRIES - 1:
+                            raise
+                        time.sleep(0.05 * (attempt + 1))
                 self._deny_routes(pid)
             os.write(self.block_w, b"1")
             return slirp
@@ -314,26 +323,35 @@ class Prepared:
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()  # slirp4netns ends when the shim (which holds exit_w) goes
         os.set_inheritable(exit_w, False)
-        # as the slot user where it may open /dev/net/tun (0666 on most hosts); else as root,
-        # where --enable-sandbox drops every capability but CAP_NET_BIND_SERVICE once set up
+        # as the slot user where it may open /dev/net/tun (0666 on most hosts), else as root; with a
+        # seccomp filter. Not --enable-sandbox: started as root by several shims at once it fails now
+        # and then ("setegid(0)"), and a job must not fail to start for that
         as_slot = self.uid is None or _slot_may_open_tun()
         argv = [self.plan["slirp4netns"], "--configure", f"--mtu={SLIRP_MTU}", "--disable-host-loopback",
-                f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", "--enable-sandbox", "--enable-seccomp"]
-        if as_slot:
-            argv += [f"--userns-path=/proc/{pid}/ns/user", str(pid), "tap0"]
-        else:  # root joins the namespace by path (by pid it would try the sandbox's user namespace)
-            argv += ["--netns-type=path", f"/proc/{pid}/ns/net", "tap0"]
+                f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", "--enable-seccomp"]
+        # the user namespace that owns the sandbox's network namespace: not /proc/PID/ns/user, which
+        # bubblewrap replaces by a nested one (--disable-userns), from which the network could not be joined
+        net_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            proc = subprocess.Popen(argv, pass_fds=(ready_w, exit_r), stdin=subprocess.DEVNULL,
+            owner_fd = fcntl.ioctl(net_fd, NS_GET_USERNS)
+        finally:
+            os.close(net_fd)
+        os.set_inheritable(owner_fd, True)
+        argv += [f"--userns-path=/proc/self/fd/{owner_fd}", str(pid), "tap0"]
+        try:
+            proc = subprocess.Popen(argv, pass_fds=(ready_w, exit_r, owner_fd), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"},
                                     preexec_fn=self.preexec(), **(self.popen_user() if as_slot else {}))
         finally:
             _close(ready_w)
             _close(exit_r)
+            _close(owner_fd)
         self._slirp_exit_w = exit_w  # kept open for the shim's life
-        ready, _, _ = select.select([ready_r], [], [], timeout_s)
-        got = os.read(ready_r, 1) if ready else b""
-        _close(ready_r)
+        try:
+            ready, _, _ = select.select([ready_r], [], [], timeout_s)
+            got = os.read(ready_r, 1) if ready else b""
+        finally:
+            _close(ready_r)
         if got != b"1":
             proc.kill()
             err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
