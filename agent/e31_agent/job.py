@@ -196,6 +196,7 @@ class JobRun:
             self._hand_over(job_dir)
             self.process = self._start_process(job_dir)
         except (OSError, container.ContainerError) as exc:
+            log.warning("%s: did not start: %s", self.ref, exc)
             self._end(exit_code=None, reason="start_failed", message=str(exc), pack_outputs=False)
             return
         self.state.set_phase("running")
