@@ -303,6 +303,7 @@ class Prepared:
             pid = int(info["child-pid"])
             slirp = None
             if self.plan["network"] == "egress":
+                self._wait_loopback(pid, timeout_s)
                 for attempt in range(SLIRP_TRIES):  # slirp4netns set-up now and then fails when several start at once
                     try:
                         slirp = self._slirp(pid, timeout_s)
@@ -331,12 +332,7 @@ class Prepared:
                 f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", "--enable-seccomp"]
         # the user namespace that owns the sandbox's network namespace: not /proc/PID/ns/user, which
         # bubblewrap replaces by a nested one (--disable-userns), from which the network could not be joined
-        net_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            owner_fd = fcntl.ioctl(net_fd, NS_GET_USERNS)
-        finally:
-            os.close(net_fd)
-        os.set_inheritable(owner_fd, True)
+        owner_fd = _owner_userns(pid)
         argv += [f"--userns-path=/proc/self/fd/{owner_fd}", str(pid), "tap0"]
         try:
             proc = subprocess.Popen(argv, pass_fds=(ready_w, exit_r, owner_fd), stdin=subprocess.DEVNULL,
@@ -358,21 +354,54 @@ class Prepared:
             raise OSError(f"slirp4netns did not start: {err[-600:] if err else 'no word'}")
         return proc
 
+    def _nsenter(self, pid: int) -> tuple[list[str], list[int]]:
+        """``nsenter`` into the sandbox's network namespace (through the user namespace that owns
+        it when not root), and the descriptors it needs."""
+        if os.geteuid() == 0:
+            return ["nsenter", f"--net=/proc/{pid}/ns/net"], []
+        owner = _owner_userns(pid)
+        enter = ["nsenter", f"--user=/proc/self/fd/{owner}", f"--net=/proc/{pid}/ns/net", "--preserve-credentials"]
+        return enter, [owner]
+
+    def _wait_loopback(self, pid: int, timeout_s: float) -> None:
+        """Wait until bubblewrap has brought up the sandbox's loopback: slirp4netns configuring
+        the namespace at the same time makes bubblewrap's netlink set-up fail."""
+        end = time.monotonic() + timeout_s
+        enter, fds = self._nsenter(pid)
+        try:
+            while True:
+                done = subprocess.run([*enter, "ip", "-o", "link", "show", "lo"], capture_output=True,
+                                      stdin=subprocess.DEVNULL, pass_fds=fds, timeout=10)
+                flags = done.stdout.split(b"<", 1)[-1].split(b">", 1)[0].split(b",")
+                if b"UP" in flags:
+                    return
+                if done.returncode != 0 and not os.path.exists(f"/proc/{pid}"):
+                    raise OSError("the sandbox ended while it was being set up")
+                if time.monotonic() > end:
+                    raise OSError("the sandbox's loopback did not come up")
+                time.sleep(0.005)
+        finally:
+            for fd in fds:
+                _close(fd)
+
     def _deny_routes(self, pid: int) -> None:
         """``unreachable`` routes in the sandbox's network namespace to the host's own addresses
         and the denied networks, so egress never leads back to this host or its neighbours' services."""
         denied = {str(ipaddress.ip_network(c, strict=False)) for c in self.plan["deny"]}
         targets = sorted(set(host_addresses()) | denied)
-        enter = ["nsenter", f"--target={pid}", "--net"]
-        if os.geteuid() != 0:
-            enter = ["nsenter", f"--target={pid}", "--user", "--net", "--preserve-credentials"]
-        for target in targets:
-            if ipaddress.ip_network(target).version != 4:
-                continue  # slirp4netns gives the sandbox IPv4 only
-            done = subprocess.run([*enter, "ip", "route", "add", "unreachable", target], capture_output=True,
-                                  stdin=subprocess.DEVNULL, timeout=10)
-            if done.returncode != 0 and b"File exists" not in done.stderr:
-                raise OSError(f"cannot deny {target} in the sandbox: {done.stderr.decode(errors='replace').strip()}")
+        enter, fds = self._nsenter(pid)
+        try:
+            for target in targets:
+                if ipaddress.ip_network(target).version != 4:
+                    continue  # slirp4netns gives the sandbox IPv4 only
+                done = subprocess.run([*enter, "ip", "route", "add", "unreachable", target], capture_output=True,
+                                      stdin=subprocess.DEVNULL, pass_fds=fds, timeout=10)
+                if done.returncode != 0 and b"File exists" not in done.stderr:
+                    why = done.stderr.decode(errors="replace").strip()
+                    raise OSError(f"cannot deny {target} in the sandbox: {why}")
+        finally:
+            for fd in fds:
+                _close(fd)
 
     def stop_network(self) -> None:
         """The command has ended: let slirp4netns go (it ends when its exit fd closes)."""
@@ -399,6 +428,18 @@ def _close(fd: int | None) -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+def _owner_userns(pid: int) -> int:
+    """An inheritable descriptor of the user namespace that owns process ``pid``'s network
+    namespace (``NS_GET_USERNS``): bubblewrap's first one, not the nested one of ``--disable-userns``."""
+    net_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner = fcntl.ioctl(net_fd, NS_GET_USERNS)
+    finally:
+        os.close(net_fd)
+    os.set_inheritable(owner, True)
+    return owner
 
 
 def _slot_may_open_tun(path: str = "/dev/net/tun") -> bool:

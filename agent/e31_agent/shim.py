@@ -195,7 +195,10 @@ def run(run_dir: Path) -> int:
         except OSError as exc:
             child.kill()
             child.wait()
-            print(f"the job sandbox did not start: {exc}", flush=True)
+            with open(launch["log_path"], "rb") as fh:  # bubblewrap says why it ended, if it did
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 300))
+                said = fh.read().decode(errors="replace").strip().replace("\n", " | ")
+            print(f"the job sandbox did not start: {exc}{f' ({said})' if said else ''}", flush=True)
             return 1
     _write_json(run_dir / "child.json", {"pid": child.pid})
     stopped = threading.Event()
