@@ -17,6 +17,7 @@ $(VENV)/.installed: pyproject.toml agent/pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
+	scripts/sandbox_tools.sh
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py standalone
 

@@ -1,5 +1,10 @@
 """GPU smoke test: the standalone site plus one agent with real NVML discovery take a real CUDA job
-(a PyTorch matrix product) through the five steps. Run on a machine with an NVIDIA GPU and PyTorch:
+(a PyTorch matrix product) through the five steps, inside the agent's tenant sandbox (bubblewrap:
+a slot uid, only the leased GPU's device node). The job runs ``nvidia-smi -L`` and a torch CUDA
+tensor in the sandbox; the script checks that it is not root and sees exactly the leased GPU (one
+``/dev/nvidiaN``, one line of ``nvidia-smi -L`` naming its UUID, ``torch.cuda.device_count() == 1``).
+On a host with several GPUs the job leases one and must see that one only.
+Run on a machine with an NVIDIA GPU, PyTorch in the venv, and bubblewrap and slirp4netns:
 
     .venv/bin/python scripts/gpu_smoke.py        # or scripts/gpu_smoke.sh
 
@@ -28,7 +33,9 @@ sys.path.insert(0, str(BASE_DIR / "agent"))
 from e31_agent.inventory import collect, gpu_health  # noqa: E402
 
 JOB = """
-import json, torch
+import glob, json, os, subprocess, torch
+smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+print(smi.stdout, smi.stderr)
 assert torch.cuda.is_available(), "no CUDA"
 dev = torch.device("cuda")
 a = torch.randn(4096, 4096, device=dev); b = torch.randn(4096, 4096, device=dev)
@@ -37,7 +44,9 @@ for _ in range(20): c = a @ b
 torch.cuda.synchronize(); dt = time.perf_counter() - t
 tflops = 20 * 2 * 4096**3 / dt / 1e12
 info = {"device": torch.cuda.get_device_name(0), "visible": __import__("os").environ["CUDA_VISIBLE_DEVICES"],
-        "tflops_fp32": round(tflops, 1), "checksum": float(c.sum())}
+        "tflops_fp32": round(tflops, 1), "checksum": float(c.sum()), "uid": os.getuid(),
+        "nvidia_smi": smi.stdout.strip().splitlines(), "dev_nodes": sorted(glob.glob("/dev/nvidia[0-9]*")),
+        "device_count": torch.cuda.device_count()}
 print(json.dumps(info)); json.dump(info, open("result.json", "w"))
 """
 
@@ -79,7 +88,7 @@ def main() -> int:
                                  stdout=open(var / "gpu-agent.log", "wb"), stderr=subprocess.STDOUT)
         api = httpx.Client(base_url=url, timeout=30,
                            headers={"Authorization": f"Token {manage(env, 'issue_token', 'demo')}"})
-        doc = {"name": "gpu-smoke", "work": {"command": f"python - <<'PY'\n{JOB}\nPY"},
+        doc = {"name": "gpu-smoke", "work": {"command": f"python - <<'PY'\n{JOB}\nPY", "network": "none"},
                "compute": {"gpus": 1, "gpu_model": [model], "time_limit": "10m"},
                "output": {"paths": ["result.json"]}}
         deadline = time.monotonic() + 60
@@ -102,7 +111,11 @@ def main() -> int:
             print("manifest:", tar.extractfile("manifest.json").read().decode())
             result = json.loads(tar.extractfile("result.json").read())
         assert job["outcome"] == "succeeded", job
-        assert result["visible"] == inventory.gpus[0].uuid or result["visible"].startswith("GPU-"), result
+        assert result["visible"].startswith("GPU-") and "," not in result["visible"], result
+        assert result["uid"] != 0, result  # a slot user, not root
+        assert result["device_count"] == 1, result
+        assert len(result["dev_nodes"]) == 1, result  # only the leased GPU's device node
+        assert len(result["nvidia_smi"]) == 1 and result["visible"] in result["nvidia_smi"][0], result
         print("SMOKE OK:", json.dumps(result))
         return 0
     finally:

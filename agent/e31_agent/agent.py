@@ -41,6 +41,7 @@ from .models import Inventory, JobRef, RegisterAnswer, WorkAnswer
 from .paths import remove_tree
 from .prestage import Prestager, start_prestager
 from .runner import JobProcess, kill_marked
+from .sandbox import Sandbox, SandboxError, detect
 from .state import RunState, run_states
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,20 @@ class Agent:
         self._heartbeat: threading.Thread | None = None
         self.prestager: Prestager | None = None
         self._resumable: list[tuple[RunState, JobProcess | None]] = []
-        self.job_user = resolve_job_user(config.job_user)
+        self.sandbox: Sandbox | None = None  # every job attempt's sandbox (None: --unsafe-no-sandbox)
+        self.job_user: tuple[int, int] | None = None  # unsandboxed jobs' user (agent as root)
+        if config.unsafe_no_sandbox:
+            log.warning("UNSAFE: jobs run without the tenant sandbox (--unsafe-no-sandbox); the server marks "
+                        "this node")
+            self.job_user = resolve_job_user(config.job_user)
+        else:
+            try:
+                self.sandbox = detect(slots=config.slot_uids, deny=config.sandbox_deny)
+            except SandboxError as exc:
+                raise ValueError(f"{exc}. The agent runs no job outside the sandbox unless started with "
+                                 "--unsafe-no-sandbox") from None
+            log.info("jobs run sandboxed (%s)", f"slot uids {config.slot_uids[0]}-{config.slot_uids[1]}"
+                     if self.sandbox.slots else "a user namespace of this user")
         self.cgroups: JobCgroups | None = None  # set up in run(), before any thread starts
 
     # -- public ------------------------------------------------------------
@@ -133,6 +147,7 @@ class Agent:
                 self.cgroups = JobCgroups.detect()
             self._recover()
             self.inventory = collect(workdir=self.workdir.root, simulate=self.config.simulate)
+            self.inventory.sandboxed = self.sandbox is not None
             log.info(
                 "registering %s: %d GPUs (%s)%s",
                 self.inventory.hostname,
@@ -154,7 +169,11 @@ class Agent:
                 reg.poll_wait_s,
             )
             self._resume_runs(reg.running)
-            self.prestager = start_prestager(self.client, self.workdir, self.config, self.job_user)
+            # cached inputs may be hard-linked into job dirs when jobs run as other users (slot users or
+            # --job-user), who cannot write them
+            slotted = self.sandbox is not None and self.sandbox.slots is not None
+            self.prestager = start_prestager(self.client, self.workdir, self.config,
+                                             self.job_user or ((0, 0) if slotted else None))
             self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
             self._heartbeat.start()
             # the long poll runs in its own thread so a stop need not wait for it
@@ -271,6 +290,7 @@ class Agent:
             "limits": {"nofile": self.config.job_nofile, "memory": not real_gpus},
             "job_user": self.job_user,
             "cgroups": self.cgroups,
+            "sandbox": self.sandbox,
         }
 
     def _cancel(self, refs: list[JobRef]) -> None:

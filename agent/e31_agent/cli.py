@@ -1,6 +1,11 @@
 """``e31-agent``: the command line.
 
-    e31-agent --server URL --token-file FILE [--simulate 4xH100-80GB] [--workdir DIR] [--job-user USER]
+    e31-agent --server URL --token-file FILE [--simulate 4xH100-80GB] [--workdir DIR]
+              [--slot-uids FIRST-LAST] [--sandbox-deny CIDR]... [--unsafe-no-sandbox [--job-user USER]]
+
+Every job attempt runs in a sandbox of its own (:mod:`e31_agent.sandbox`:
+bubblewrap, slirp4netns); the agent refuses to start where it cannot build
+one, unless ``--unsafe-no-sandbox`` is given (the server then marks the node).
 
 The token comes from ``--token-file`` (best: a file of mode 0600 the jobs'
 user cannot read), ``E31_NODE_TOKEN`` or ``--token`` (visible in the
@@ -47,7 +52,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--job-user",
-        help="when the agent runs as root, run jobs as this user (default: nobody)",
+        help="with --unsafe-no-sandbox, when the agent runs as root, run jobs as this user (default: nobody);"
+        " sandboxed jobs run as slot users (--slot-uids)",
+    )
+    parser.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run jobs without the tenant sandbox (they can then read what the agent's job user can, see"
+        " other processes and reach this host's services); the server marks the node",
+    )
+    parser.add_argument(
+        "--slot-uids",
+        default=os.environ.get("E31_AGENT_SLOT_UIDS", "2310000-2319999"),
+        metavar="FIRST-LAST",
+        help="when the agent runs as root, each running job attempt gets its own uid from this range"
+        " (no /etc/passwd entries needed; default 2310000-2319999, or $E31_AGENT_SLOT_UIDS)",
+    )
+    parser.add_argument(
+        "--sandbox-deny",
+        action="append",
+        default=None,
+        metavar="CIDR",
+        help="a network jobs with network: egress must not reach (repeatable; default 169.254.0.0/16, the"
+        " cloud metadata service; this host's own addresses are always denied)",
     )
     parser.add_argument(
         "--simulate",
@@ -108,6 +135,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.allow_file_root = list(check_file_roots(args.allow_file_root))
     except FileRootError as exc:
         parser.error(f"--allow-file-root: {exc}")
+    try:
+        first, last = (int(x) for x in str(args.slot_uids).split("-", 1))
+        if first <= 0 or last < first:
+            raise ValueError
+        args.slot_uids = (first, last)
+    except ValueError:
+        parser.error("--slot-uids: must be FIRST-LAST, uids above 0, e.g. 2310000-2319999")
+    args.sandbox_deny = tuple(args.sandbox_deny) if args.sandbox_deny is not None else ("169.254.0.0/16",)
     if args.simulate:
         try:
             parse_simulate(args.simulate)
@@ -135,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         retry_max_s=max(0.5, args.retry_max),
         cache_max_bytes=args.cache_max_bytes,
         file_roots=tuple(args.allow_file_root),
+        unsafe_no_sandbox=args.unsafe_no_sandbox,
+        slot_uids=args.slot_uids,
+        sandbox_deny=args.sandbox_deny,
     )
     try:
         agent = Agent(config)

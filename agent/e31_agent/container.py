@@ -3,6 +3,15 @@
 docker and podman run the container detached from the agent's process tree,
 so a stop also removes it by name (``teardown``); apptainer runs it as an
 ordinary child in the job's process group.
+
+Under the tenant sandbox (:mod:`e31_agent.sandbox`; ``network`` given) the
+runtime itself runs outside bubblewrap (it needs its daemon or its own
+namespaces), and the container gets the sandbox's rules as far as the
+runtime can give them: the attempt's slot user (``slot_user``: the shim
+puts the uid and gid in), no capabilities, ``no-new-privileges``, private
+``/tmp``, IPC and PID namespaces, only the job dir mounted, and the network
+of ``work.network`` (``none``: no network; ``egress``: podman's slirp4netns
+without the host's loopback, docker's default bridge).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ def wrap(
     real_gpus: bool,
     name: str,
     user: tuple[int, int] | None = None,
+    slot_user: str | None = None,
+    network: str | None = None,
 ) -> Launch:
     """The launch for ``command`` inside ``image`` with the first runtime found.
 
@@ -52,17 +63,26 @@ def wrap(
     job's variables are passed by name (``-e KEY``), so their values never
     appear in a process listing. ``gpu_indices`` name the leased GPUs as
     NVIDIA's container toolkit takes them: UUIDs (preferred) or indices.
-    The container runs as ``user`` (uid, gid), by default the agent's own.
-    Raises :class:`ContainerError`.
+    The container runs as ``slot_user`` (``uid:gid`` or the shim's
+    placeholder), else ``user`` (uid, gid), by default the agent's own.
+    ``network`` (``egress``/``none``; None: not sandboxed, as before) adds
+    the sandbox's rules (module docstring). Raises :class:`ContainerError`.
     """
     keys = sorted(k for k in env if k not in _HOST_ONLY)
     if "docker" in runtimes or "podman" in runtimes:
         runtime = "docker" if "docker" in runtimes else "podman"
         argv = [
             runtime, "run", "--rm", "--init", "--name", name,
-            "--user", "{}:{}".format(*(user or (os.getuid(), os.getgid()))),
+            "--user", slot_user or "{}:{}".format(*(user or (os.getuid(), os.getgid()))),
             "-v", f"{job_dir}:{JOB_MOUNT}", "-w", JOB_MOUNT, "-e", f"HOME={JOB_MOUNT}",
         ]  # fmt: skip
+        if network is not None:
+            argv += ["--cap-drop=ALL", "--security-opt=no-new-privileges", "--ipc=private",
+                     "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+            if network == "none":
+                argv.append("--network=none")
+            elif runtime == "podman":
+                argv.append("--network=slirp4netns:allow_host_loopback=false")
         extra: dict[str, str] = {}
         if real_gpus and gpu_indices:
             if runtime == "docker":
@@ -79,6 +99,13 @@ def wrap(
     if "apptainer" in runtimes:
         ref = image if "://" in image or image.endswith(".sif") else f"docker://{image}"
         argv = ["apptainer", "exec", "--cleanenv", "--pwd", JOB_MOUNT]
+        if network is not None:
+            argv += ["--containall", "--no-privs", "--no-home", "--ipc", "--pid"]
+            if network == "none":
+                argv += ["--net", "--network", "none"]
+            if slot_user:  # apptainer runs unprivileged as the slot user (its own user namespace)
+                uid, gid = slot_user.split(":", 1)
+                argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs", *argv]
         argv += ["-B", f"{job_dir}:{JOB_MOUNT}"]
         if real_gpus and gpu_indices:
             argv.append("--nv")

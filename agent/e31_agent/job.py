@@ -34,6 +34,7 @@ from .packer import Bundle, pack
 from .paths import remove_tree
 from .reports import Reporter
 from .runner import JobProcess, RunResult, build_env, new_marker, supervise
+from .sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 from .staging import Stager, StagingAborted, StagingError
 from .state import RunState, read_json, write_json
 from .uploader import UploadError, upload_bundle
@@ -67,6 +68,7 @@ class JobRun:
         limits: dict[str, Any] | None = None,
         job_user: tuple[int, int] | None = None,
         cgroups: JobCgroups | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.assignment = assignment
         self.ref = assignment.ref
@@ -84,6 +86,7 @@ class JobRun:
         self.limits = dict(limits or {})  # nofile, cpus (ids to pick from), memory_bytes cap
         self.job_user = job_user  # (uid, gid) the command runs as, when the agent is root
         self.cgroups = cgroups  # per-job cgroup v2 memory caps, where the agent may make them
+        self.sandbox = sandbox  # the tenant sandbox (e31_agent.sandbox); None: --unsafe-no-sandbox
         self.resuming = False
         self.phase = "new"
         self.result: RunResult | None = None
@@ -193,6 +196,7 @@ class JobRun:
             self._hand_over(job_dir)
             self.process = self._start_process(job_dir)
         except (OSError, container.ContainerError) as exc:
+            log.warning("%s: did not start: %s", self.ref, exc)
             self._end(exit_code=None, reason="start_failed", message=str(exc), pack_outputs=False)
             return
         self.state.set_phase("running")
@@ -389,10 +393,17 @@ class JobRun:
                 real_gpus=self.real_gpus,
                 name=f"e31-{self.workdir.scope}-{a.job_id}-{a.attempt}",
                 user=self.job_user,
+                slot_user=SLOT_PLACEHOLDER if self.sandbox is not None and self.sandbox.slots else None,
+                network=a.spec.network if self.sandbox is not None else None,
             )
         else:
             launch = container.plain(a.spec.command)
         env.update(launch.env)
+        limits = job_limits(a, self.limits, self.job_user, cgroup=self._cgroup())
+        if self.sandbox is not None:
+            nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if self.real_gpus and a.gpu_indices else []
+            limits["sandbox"] = self.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
+                                                  image=bool(a.spec.image))
         return JobProcess.start(
             launch.argv,
             cwd=job_dir,
@@ -400,7 +411,7 @@ class JobRun:
             log_path=self.workdir.log_path(a.job_id, a.attempt),
             run_dir=self.state.path,
             teardown=launch.teardown,
-            limits=job_limits(a, self.limits, self.job_user, cgroup=self._cgroup()),
+            limits=limits,
         )
 
     def _cgroup(self) -> Path | None:

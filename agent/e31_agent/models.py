@@ -52,6 +52,7 @@ class Inventory:
     disk_bytes: int
     runtimes: list[str]
     simulated: bool
+    sandboxed: bool = True  # False: the agent runs jobs without the tenant sandbox (--unsafe-no-sandbox)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +122,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     data: list[DataItem] = field(default_factory=list)
     output_paths: list[str] = field(default_factory=list)
+    network: str = "egress"  # work.network: "egress" or "none"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobSpec:
@@ -133,6 +135,7 @@ class JobSpec:
             env={str(k): str(v) for k, v in (work.get("env") or {}).items()},
             data=[DataItem.from_json(d) for d in data.get("data") or []],
             output_paths=[str(p) for p in output.get("paths") or []],
+            network="none" if work.get("network") == "none" else "egress",
         )
 
 

@@ -59,7 +59,7 @@ def build_env(
     then ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` (the leased
     GPUs, by UUID when the server sent them, else by index) and the marker.
     """
-    python_dir = os.path.dirname(sys.executable)
+    python_dir = os.path.dirname(os.path.abspath(sys.executable))
     env = {
         "PATH": f"{python_dir}:{SYSTEM_PATH}",
         "HOME": str(job_dir),

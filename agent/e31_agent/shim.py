@@ -12,7 +12,12 @@ the shim again when it starts and takes the job up where it was
    ``stop_at`` (epoch seconds) and ``grace_s``: the shim's own time limit,
    ``cgroup``: a cgroup v2 dir the shim moves itself into before it starts
    the command, so the command and all it forks are capped by its
-   ``memory.max`` (:mod:`e31_agent.cgroups`);
+   ``memory.max`` (:mod:`e31_agent.cgroups`); ``sandbox``: the plan of the
+   attempt's tenant sandbox (:mod:`e31_agent.sandbox`): the shim takes a
+   slot user (and holds it while it lives), hands the job dir to it and
+   starts the command inside bubblewrap; for ``network: egress`` it starts
+   slirp4netns before the command may run, and lets it go when the command
+   has ended;
 2. becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux
    3.4+), so every descendant of the job that loses its parent, also one
    that double-forked and called ``setsid``, is re-parented to the shim
@@ -156,12 +161,24 @@ def run(run_dir: Path) -> int:
     if launch.get("cgroup"):  # before the fork: nothing of the job starts outside it
         with open(Path(launch["cgroup"]) / "cgroup.procs", "w") as fh:
             fh.write("0")
-    kwargs: dict[str, Any] = {}
-    if launch.get("uid") is not None and os.geteuid() == 0:
+    kwargs: dict[str, Any] = {"preexec_fn": _limits(launch)}
+    argv = list(launch["argv"])
+    prepared = None
+    if launch.get("sandbox"):
+        from .sandbox import prepare
+
+        prepared = prepare(launch["sandbox"])  # the slot user, the job dir handed over, bubblewrap's argv
+        if launch["sandbox"].get("wrap", True):
+            argv = prepared.argv + argv
+            kwargs.update(preexec_fn=prepared.preexec(_limits(launch), stage=True), pass_fds=prepared.pass_fds)
+        elif prepared.uid is not None:  # a container runtime runs the image as the slot user
+            argv = [a.replace("@E31_SLOT_UID@", str(prepared.uid)).replace("@E31_SLOT_GID@", str(prepared.gid))
+                    for a in argv]
+    elif launch.get("uid") is not None and os.geteuid() == 0:
         kwargs.update(user=int(launch["uid"]), group=int(launch["gid"]), extra_groups=[])
     with open(launch["log_path"], "ab") as out:
         child = subprocess.Popen(
-            launch["argv"],
+            argv,
             cwd=launch["cwd"],
             env=launch["env"],
             stdin=subprocess.DEVNULL,
@@ -169,9 +186,20 @@ def run(run_dir: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_limits(launch),
             **kwargs,
         )
+    if prepared is not None:
+        prepared.after_fork()
+        try:
+            prepared.start_network(child.pid)
+        except OSError as exc:
+            child.kill()
+            child.wait()
+            with open(launch["log_path"], "rb") as fh:  # bubblewrap says why it ended, if it did
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 300))
+                said = fh.read().decode(errors="replace").strip().replace("\n", " | ")
+            print(f"the job sandbox did not start: {exc}{f' ({said})' if said else ''}", flush=True)
+            return 1
     _write_json(run_dir / "child.json", {"pid": child.pid})
     stopped = threading.Event()
     if launch.get("stop_at"):
@@ -190,6 +218,8 @@ def run(run_dir: Path) -> int:
             if stopped.is_set():
                 result["stopped"] = "time_limit"
             _write_json(run_dir / "exit.json", result)
+            if prepared is not None:
+                prepared.stop_network()  # slirp4netns ends, so the shim's last child goes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,6 +122,7 @@ class WorkSpec(_Strict):
     image: Annotated[StrictStr, Field(min_length=1, max_length=500)] | None = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     kind: Literal["training", "inference", "processing", "simulation", "other"] = JobKind.OTHER.value
+    network: Literal["egress", "none"] = "egress"
 
     @field_validator("command")
     @classmethod

@@ -13,10 +13,10 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "state", "drain", "hostname", "cpus", "simulated", "last_heartbeat_at"]
+    list_display = ["name", "state", "drain", "hostname", "cpus", "simulated", "sandboxed", "last_heartbeat_at"]
     list_filter = ["state", "drain", "simulated"]
     readonly_fields = ["state", "hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes",
-                       "simulated", "gpu_health", "registered_at", "last_heartbeat_at"]
+                       "simulated", "sandboxed", "gpu_health", "registered_at", "last_heartbeat_at"]
     inlines = [GpuInline]
     actions = ["drain_nodes", "undrain_nodes"]
 

@@ -33,6 +33,10 @@ class Node(models.Model):
     disk_bytes = models.BigIntegerField(default=0)
     runtimes = models.JSONField(default=list, blank=True, help_text="Container runtimes found.")
     simulated = models.BooleanField(default=False)
+    sandboxed = models.BooleanField(
+        default=False,
+        help_text="The agent runs every job in its tenant sandbox (False: started with --unsafe-no-sandbox, "
+                  "or an agent too old to say).")
     health = models.JSONField(
         default=dict, blank=True,
         help_text="GPU health from the last heartbeat: {source, at, gpus: [{uuid, index, temperature_c, "

@@ -50,7 +50,8 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
     now = timezone.now()
     node = Node.objects.select_for_update().get(pk=node.pk)
     was_down = node.state == NodeState.DOWN
-    for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated"):
+    for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated",
+                "sandboxed"):
         setattr(node, key, inventory[key])
     node.registered_at = node.last_heartbeat_at = now
     node.state = NodeState.DRAINING if node.drain else NodeState.UP

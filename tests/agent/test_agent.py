@@ -110,9 +110,13 @@ def test_a_job_goes_from_accept_to_finished(node):
     assert bytes(server.state.logs[(12, 1)]) == b"hello\ninput data\noops\n"
     files = bundle_files(server, 12)
     assert files["out/gpus.txt"] == b"GPU-0,GPU-1\n" and files["out/sub/s.txt"] == b"7-12\n"
-    # as root, jobs run as nobody unless nobody cannot reach the agent's Python (then as root)
-    expected = agent.job_user[0] if agent.job_user else os.geteuid()
-    assert int(files["out/uid.txt"]) == expected
+    # sandboxed: as root, jobs run as a slot user of their own; else as the agent's user in a user namespace
+    uid = int(files["out/uid.txt"])
+    if os.geteuid() == 0:
+        assert agent.sandbox is not None and agent.sandbox.slots[0] <= uid <= agent.sandbox.slots[1]
+    else:
+        assert uid == os.geteuid()
+    assert inventory_of(server)["sandboxed"] is True
     manifest = json.loads(files["manifest.json"])
     assert manifest["job_id"] == 12
     assert {f["path"] for f in manifest["files"]} == {"out/gpus.txt", "out/uid.txt", "out/sub/s.txt"}
@@ -257,15 +261,15 @@ def test_a_restarted_agent_kills_what_a_crashed_one_left(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
-def test_as_root_a_named_job_user_runs_the_command_and_owns_the_job_dir(tmp_path):
+def test_unsandboxed_as_root_a_named_job_user_runs_the_command_and_owns_the_job_dir(tmp_path):
     import pwd
 
     nobody = pwd.getpwnam("nobody")
     with FakeServer() as server:
         workdir = tmp_path / "w"
         agent = Agent(AgentConfig(server=server.url, token=TOKEN, workdir=workdir, simulate="1xL4-24GB",
-                                  job_user="nobody", shutdown_grace_s=1))  # fmt: skip
-        assert agent.job_user == (nobody.pw_uid, nobody.pw_gid)
+                                  job_user="nobody", shutdown_grace_s=1, unsafe_no_sandbox=True))  # fmt: skip
+        assert agent.job_user == (nobody.pw_uid, nobody.pw_gid) and agent.sandbox is None
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
         try:
@@ -277,4 +281,9 @@ def test_as_root_a_named_job_user_runs_the_command_and_owns_the_job_dir(tmp_path
             thread.join(20)
     files = bundle_files(server, 90)
     assert int(files["uid.txt"]) == nobody.pw_uid == int(files["owner.txt"])
+    assert server.state.inventory["sandboxed"] is False  # the server marks the node
     assert server.state.reports[90][-2]["exit_code"] == 0
+
+
+def inventory_of(server: FakeServer) -> dict:
+    return server.state.inventory

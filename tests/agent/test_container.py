@@ -55,3 +55,23 @@ def test_apptainer_runs_in_the_job_group():
 def test_no_runtime_no_image():
     with pytest.raises(ContainerError, match="needs docker"):
         _wrap([])
+
+
+def test_sandboxed_docker_runs_as_the_slot_user_without_capabilities_or_network():
+    launch = wrap(image="alpine", command="id", runtimes=["docker"], job_dir=Path("/w/jobs/5"), env=ENV,
+                  gpu_indices=[], real_gpus=False, name="e31-x-5-1", slot_user="@E31_SLOT_UID@:@E31_SLOT_GID@",
+                  network="none")
+    argv = launch.argv
+    assert argv[argv.index("--user") + 1] == "@E31_SLOT_UID@:@E31_SLOT_GID@"
+    assert {"--cap-drop=ALL", "--security-opt=no-new-privileges", "--network=none"} <= set(argv)
+
+
+def test_sandboxed_podman_egress_has_no_host_loopback_and_apptainer_drops_to_the_slot_user():
+    podman = wrap(image="alpine", command="id", runtimes=["podman"], job_dir=Path("/w/jobs/5"), env=ENV,
+                  gpu_indices=[], real_gpus=False, name="n", slot_user="7:8", network="egress")
+    assert "--network=slirp4netns:allow_host_loopback=false" in podman.argv
+    app = wrap(image="alpine", command="id", runtimes=["apptainer"], job_dir=Path("/w/jobs/5"), env=ENV,
+               gpu_indices=[], real_gpus=False, name="n", slot_user="7:8", network="none")
+    assert app.argv[:3] == ["setpriv", "--reuid=7", "--regid=8"]
+    assert {"--containall", "--no-privs"} <= set(app.argv) and app.argv[-6:-4] == ["--network", "none"] or \
+        "none" in app.argv

@@ -70,7 +70,7 @@ def test_it_collects_the_host(tmp_path: Path):
     assert data["cpus"] >= 1 and data["memory_bytes"] > 0 and data["disk_bytes"] > 0
     assert set(data) == {
         "hostname", "agent_version", "gpus", "cpus", "memory_bytes", "disk_bytes",
-        "runtimes", "simulated",
+        "runtimes", "simulated", "sandboxed",
     }  # fmt: skip
 
 

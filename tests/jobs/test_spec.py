@@ -120,3 +120,9 @@ def test_data_targets_that_cannot_all_be_written_are_refused(targets, clash):
     with pytest.raises(SpecError) as err:
         parse_spec(doc)
     assert list(err.value.errors) == ["data[1].target"]
+
+
+def test_work_network_is_egress_unless_none_and_nothing_else():
+    assert parse_spec(spec()).work.network == "egress"
+    assert parse_spec(spec(work={"command": "true", "network": "none"})).work.network == "none"
+    assert "work.network" in errors_of(spec(work={"command": "true", "network": "host"}))

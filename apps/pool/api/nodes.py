@@ -38,8 +38,8 @@ class NodeOutSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["name", "state", "drain", "hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes",
-                  "runtimes", "simulated", "registered_at", "last_heartbeat_at", "gpus", "health", "health_source",
-                  "health_at"]
+                  "runtimes", "simulated", "sandboxed", "registered_at", "last_heartbeat_at", "gpus", "health",
+                  "health_source", "health_at"]
 
     @extend_schema(responses=GpuHealthOutSerializer(many=True))
     def get_health(self, node: Node) -> list[dict]:

@@ -23,6 +23,7 @@ class RegisterSerializer(serializers.Serializer):
     runtimes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=10, required=False,
                                      default=list)
     simulated = serializers.BooleanField(required=False, default=False)
+    sandboxed = serializers.BooleanField(required=False, default=False)
 
     def validate_gpus(self, value: list[dict]) -> list[dict]:
         indexes = [g["index"] for g in value]
