@@ -180,13 +180,61 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
                                            type=kind, received_at=now, payload=report)
         except IntegrityError:
             return False
+        if lease.accepted_at is None and kind != "accepted":
+            # Folded: an agent that stages nothing sends ``running`` without ``accepted`` before it
+            # (protocol v2); any report of the attempt means it was taken.
+            _on_accepted(job, lease, report, now)
         handler = _HANDLERS[kind]
         handler(job, lease, report, now)
     return True
 
 
+def agent_reports_apply(*, node: Node, reports: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Apply a batch of reports (``POST /api/v1/agent/reports/``): ``(job_id, report)`` pairs,
+    each report as for :func:`agent_report`, several jobs' reports in one call.
+
+    Each report is applied once (deduplicated by (job, attempt, rank, seq)) in a transaction of
+    its own, so one that fails never undoes another. Each attempt's reports are applied in seq
+    order, whatever their order in the batch; a report that fails with an unexpected error
+    stops the later reports of its attempt in this batch (answered 503, not applied), so the
+    agent sends them again, in order, with it.
+
+    Returns:
+        One answer per report, in the order given: ``{"job_id", "seq", "status", ...}`` with
+        ``status`` 200 (and ``duplicate``), 404 (no lease on this node), 409 (``stale attempt``),
+        500 or 503 (not applied: send it again).
+    """
+    answers: list[dict[str, Any] | None] = [None] * len(reports)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (job_id, report) in enumerate(reports):
+        groups.setdefault((job_id, report["attempt"]), []).append(i)
+    for (job_id, _attempt), indexes in groups.items():
+        failed = False
+        for i in sorted(indexes, key=lambda i: reports[i][1]["seq"]):
+            report = reports[i][1]
+            answer: dict[str, Any] = {"job_id": job_id, "seq": report["seq"]}
+            if failed:
+                answer.update(status=503, detail="not applied: an earlier report of this attempt failed")
+            else:
+                try:
+                    applied = agent_report(node=node, job_id=job_id, report=report)
+                except Job.DoesNotExist:
+                    answer.update(status=404, detail="no such job on this node")
+                except StaleAttempt:
+                    answer.update(status=409, detail="stale attempt")
+                except Exception:
+                    log.exception("report %s of job %s from node %s failed", report["seq"], job_id, node.name)
+                    answer.update(status=500, detail="server error; send it again")
+                    failed = True
+                else:
+                    answer.update(status=200, duplicate=not applied)
+            answers[i] = answer
+    return [a for a in answers if a is not None]
+
+
 def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     Lease.objects.filter(pk=lease.pk, accepted_at__isnull=True).update(accepted_at=now)
+    lease.accepted_at = lease.accepted_at or now
 
 
 def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
@@ -246,7 +294,11 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
 
 
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    if job.state == JobState.RUNNING or job.state == JobState.RENTED:
+    if report.get("exited") is not None:
+        # Folded (protocol v2, nothing declared as output): the ``exited`` it stands for comes
+        # first, at the same server time, exactly as if it had been sent on its own.
+        _on_exited(job, lease, report["exited"], now)
+    elif job.state == JobState.RUNNING or job.state == JobState.RENTED:
         # finished without exited (agent bug or older agent): stop the meter now
         _on_exited(job, lease, {"reason": EndReason.EXIT, "exit_code": report.get("exit_code")}, now)
     if job.nodes > 1 and not _every_rank_finished(job):
@@ -293,7 +345,7 @@ def gang_stops_for(node: Node) -> list[dict[str, int]]:
         if lease.attempt != lease.job.attempt:
             continue
         if not AgentReport.objects.filter(job_id=lease.job_id, attempt=lease.attempt, node_rank=lease.node_rank,
-                                          type="exited").exists():
+                                          type__in=("exited", "finished")).exists():  # finished: folded exited
             stops.append({"job_id": lease.job_id, "attempt": lease.attempt})
     return stops
 
