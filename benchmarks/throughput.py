@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import time
 from collections import Counter
@@ -57,16 +58,28 @@ def main() -> dict:
     last = max(datetime.fromisoformat(j["released_at"]) for j in done)
     rate = len(done) / (last - first).total_seconds()
     per_job = sum(calls.values()) / args.jobs
+
+    def median_s(start: str, end: str) -> float:
+        return round(statistics.median((datetime.fromisoformat(j[end]) - datetime.fromisoformat(j[start]))
+                                       .total_seconds() for j in done), 3)
+
+    # where a job's time goes on the server's clock: rent -> command started (the assignment reaches
+    # the agent, it starts the command, its report lands), start -> end, end -> GPUs released
+    steps = {"rent_to_running_s": median_s("rented_at", "run_started_at"),
+             "running_to_exited_s": median_s("run_started_at", "run_ended_at"),
+             "exited_to_released_s": median_s("run_ended_at", "released_at")}
     result = {"benchmark": "throughput", "jobs": args.jobs, "released": len(done),
               "succeeded": sum(j["outcome"] == "succeeded" for j in done),
               "jobs_per_s": round(rate, 2), "agent_http_calls_per_job": round(per_job, 2),
-              "agent_http_calls": dict(sorted(calls.items())), "baseline_sh_true_per_s": round(baseline, 1),
+              "agent_http_calls": dict(sorted(calls.items())), "median_steps": steps,
+              "baseline_sh_true_per_s": round(baseline, 1),
               "ratio_to_baseline": round(rate / baseline, 4), "goal_per_s": 20, "slurm_per_s": [3.3, 9.5]}
     print(json.dumps(result) if args.json else
           f"trivial 1-GPU jobs through one 8-GPU node: {rate:.1f} jobs/s ({len(done)}/{args.jobs} released, "
           f"{result['succeeded']} succeeded); bare /bin/sh -c true: {baseline:.0f}/s; goal >= 20, Slurm 3.3-9.5\n"
           f"agent HTTP calls per job: {per_job:.2f} ("
-          + ", ".join(f"{k} {v / args.jobs:.2f}" for k, v in sorted(calls.items())) + ")")
+          + ", ".join(f"{k} {v / args.jobs:.2f}" for k, v in sorted(calls.items())) + ")\n"
+          "median steps (server clock): " + ", ".join(f"{k} {v}" for k, v in steps.items()))
     return result
 
 

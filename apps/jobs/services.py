@@ -193,11 +193,14 @@ def agent_reports_apply(*, node: Node, reports: list[tuple[int, dict[str, Any]]]
     """Apply a batch of reports (``POST /api/v1/agent/reports/``): ``(job_id, report)`` pairs,
     each report as for :func:`agent_report`, several jobs' reports in one call.
 
-    Each report is applied once (deduplicated by (job, attempt, rank, seq)) in a transaction of
-    its own, so one that fails never undoes another. Each attempt's reports are applied in seq
-    order, whatever their order in the batch; a report that fails with an unexpected error
-    stops the later reports of its attempt in this batch (answered 503, not applied), so the
-    agent sends them again, in order, with it.
+    One transaction for the batch, so the pushes after commit (live pages, the scheduling cycle
+    a release asks for) go once per batch, not once per report; each report in a savepoint of
+    its own, so one that fails undoes no other. Each report is applied once (deduplicated by
+    (job, attempt, rank, seq)); each attempt's reports in seq order, whatever their order in the
+    batch; attempts by job id (one lock order for every batch). A report that fails with an
+    unexpected error stops the later reports of its attempt in this batch (answered 503, not
+    applied), so the agent sends them again, in order, with it. Should the commit itself fail,
+    the call fails (5xx) and the agent sends the whole batch again.
 
     Returns:
         One answer per report, in the order given: ``{"job_id", "seq", "status", ...}`` with
@@ -208,28 +211,33 @@ def agent_reports_apply(*, node: Node, reports: list[tuple[int, dict[str, Any]]]
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (job_id, report) in enumerate(reports):
         groups.setdefault((job_id, report["attempt"]), []).append(i)
-    for (job_id, _attempt), indexes in groups.items():
-        failed = False
-        for i in sorted(indexes, key=lambda i: reports[i][1]["seq"]):
-            report = reports[i][1]
-            answer: dict[str, Any] = {"job_id": job_id, "seq": report["seq"]}
-            if failed:
-                answer.update(status=503, detail="not applied: an earlier report of this attempt failed")
-            else:
-                try:
-                    applied = agent_report(node=node, job_id=job_id, report=report)
-                except Job.DoesNotExist:
-                    answer.update(status=404, detail="no such job on this node")
-                except StaleAttempt:
-                    answer.update(status=409, detail="stale attempt")
-                except Exception:
-                    log.exception("report %s of job %s from node %s failed", report["seq"], job_id, node.name)
-                    answer.update(status=500, detail="server error; send it again")
-                    failed = True
-                else:
-                    answer.update(status=200, duplicate=not applied)
-            answers[i] = answer
+    with transaction.atomic():
+        for (job_id, _attempt), indexes in sorted(groups.items()):
+            failed = False
+            for i in sorted(indexes, key=lambda i: reports[i][1]["seq"]):
+                answers[i], failed = _apply_one(node, job_id, reports[i][1], failed)
     return [a for a in answers if a is not None]
+
+
+def _apply_one(node: Node, job_id: int, report: dict[str, Any], held_back: bool) -> tuple[dict[str, Any], bool]:
+    """One report of a batch in a savepoint: ``(answer, failed)``."""
+    answer: dict[str, Any] = {"job_id": job_id, "seq": report["seq"]}
+    if held_back:
+        answer.update(status=503, detail="not applied: an earlier report of this attempt failed")
+        return answer, True
+    try:
+        applied = agent_report(node=node, job_id=job_id, report=report)  # its atomic() is a savepoint here
+    except Job.DoesNotExist:
+        answer.update(status=404, detail="no such job on this node")
+    except StaleAttempt:
+        answer.update(status=409, detail="stale attempt")
+    except Exception:
+        log.exception("report %s of job %s from node %s failed", report["seq"], job_id, node.name)
+        answer.update(status=500, detail="server error; send it again")
+        return answer, True
+    else:
+        answer.update(status=200, duplicate=not applied)
+    return answer, False
 
 
 def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
