@@ -229,13 +229,17 @@ class _BatchAbort:
 
 
 class ReportSender:
-    """The one thread that sends every :class:`Reporter`'s queue of a client.
+    """The threads that send every :class:`Reporter`'s queue of a client.
 
     Each round takes what is pending, every attempt's queue in seq order (at
-    most ``BATCH_MAX`` reports), and sends it in one ``POST reports/``; while
-    a call is out, new reports wait for the next round, so a busy node sends
-    several jobs' reports at once and an idle one sends each report at once.
+    most ``BATCH_MAX`` reports), and sends it in one ``POST reports/``. At
+    most ``CALLS_IN_FLIGHT`` calls are out at once, and an attempt's reports
+    are in one of them at a time (so they apply in order); what is queued
+    meanwhile waits for the next round, so a busy node sends several jobs'
+    reports per call and an idle one sends each report at once.
     """
+
+    CALLS_IN_FLIGHT = 2
 
     _lock = threading.Lock()
 
@@ -245,7 +249,7 @@ class ReportSender:
         self.batching = True  # False once the server answered 404 to the batch call (protocol v1)
         self._reporters: list[Reporter] = []
         self._backoff = backoff()
-        self._running = False  # the thread runs; it ends after IDLE_EXIT_S without reporters
+        self._threads = 0  # sending threads running; each ends after IDLE_EXIT_S without reporters
 
     IDLE_EXIT_S = 30.0
 
@@ -260,24 +264,26 @@ class ReportSender:
             return sender
 
     def add(self, reporter: Reporter) -> None:
-        """Send ``reporter``'s queue from now on (starts the thread when it is not running)."""
+        """Send ``reporter``'s queue from now on (starts the sending threads that are not running)."""
         with self.cond:
             self._reporters.append(reporter)
-            if not self._running:
-                self._running = True
+            while self._threads < self.CALLS_IN_FLIGHT:
+                self._threads += 1
                 threading.Thread(target=self._loop, name="reports", daemon=True).start()
             self.cond.notify_all()
 
     def _round(self) -> list[tuple[Reporter, dict[str, Any]]]:
-        """Under ``cond``: forget the reporters that are done; take what is pending."""
+        """Under ``cond``: forget the reporters that are done; take what is pending of those
+        with no call out."""
         for r in [r for r in self._reporters if r._done]:
             self._reporters.remove(r)
-            r._busy = False
         batch: list[tuple[Reporter, dict[str, Any]]] = []
         for r in self._reporters:
-            for body in list(r._queue)[: BATCH_MAX - len(batch)]:
-                batch.append((r, body))
-            if r._queue:
+            if r._busy:
+                continue  # its earlier reports are in a call still out
+            taken = list(r._queue)[: BATCH_MAX - len(batch)]
+            batch.extend((r, body) for body in taken)
+            if taken:
                 r._busy = True
         return batch
 
@@ -289,7 +295,7 @@ class ReportSender:
                 self.cond.notify_all()  # wait_sent() of the reporters just forgotten or emptied
                 batch = self._round()
                 if stop.is_set() or (not self._reporters and time.monotonic() - idle_since > self.IDLE_EXIT_S):
-                    self._running = False
+                    self._threads -= 1
                     return
                 if not batch:
                     if self._reporters:
