@@ -235,6 +235,9 @@ def _held_refs(raw: str) -> set[tuple[int, int]]:
 async def work_view(request: HttpRequest) -> JsonResponse:
     """Long poll: answer at once if there is work for this node, else wait up to ``?wait=`` s.
 
+    Assignments of the attempts listed in ``?have=`` (the agent holds them already) are listed
+    but do not count as new work.
+
     The poll joins the node's channel-layer group *before* it reads the
     database, so a wake sent between the read and the wait is not lost.
     """
