@@ -8,15 +8,24 @@ so no bundle). Baseline in the same run: the same N ``/bin/sh -c true``
 processes started one after another straight from Python, the floor of
 running them at all.
 
+HTTP calls per job: the agent's calls (``/api/v1/agent/...``) counted from the
+web process's access log (Daphne writes one line per request) between the
+first submit and the last release, by kind, divided by N. Heartbeats and the
+idle long polls are counted too: they are what a job costs the server.
+
     .venv/bin/python benchmarks/throughput.py [--jobs 200] [--json]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import subprocess
 import time
+from collections import Counter
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 from _stack import live_stack, trivial_spec
@@ -41,7 +50,8 @@ def drain_rate(client: httpx.Client, jobs: int, timeout: float = 600, prefix: st
     first = min(datetime.fromisoformat(j["submitted_at"]) for j in found)
     rate = len(done) / (max(datetime.fromisoformat(j["released_at"]) for j in done) - first).total_seconds() \
         if done else 0.0
-    return {"released": len(done), "succeeded": sum(j["outcome"] == "succeeded" for j in done), "jobs_per_s": rate}
+    return {"released": len(done), "succeeded": sum(j["outcome"] == "succeeded" for j in done), "jobs_per_s": rate,
+            "jobs": found}
 
 
 def main() -> dict:
@@ -55,16 +65,52 @@ def main() -> dict:
     baseline = args.jobs / (time.perf_counter() - t)
     with live_stack([("bench-node", "8xH100-80GB")]) as (stack, token):
         client = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=60)
+        access_log = Path(stack.var_dir) / "web0.log"
+        log_start = access_log.stat().st_size
         drained = drain_rate(client, args.jobs)
+        calls = agent_calls(access_log, log_start)
+    done = [j for j in drained["jobs"] if j["state"] == "released"]
     rate = drained["jobs_per_s"]
-    result = {"benchmark": "throughput", "jobs": args.jobs, "released": drained["released"],
-              "succeeded": drained["succeeded"],
-              "jobs_per_s": round(rate, 2), "baseline_sh_true_per_s": round(baseline, 1),
+    per_job = sum(calls.values()) / args.jobs
+
+    def median_s(start: str, end: str) -> float:
+        return round(statistics.median((datetime.fromisoformat(j[end]) - datetime.fromisoformat(j[start]))
+                                       .total_seconds() for j in done), 3)
+
+    # where a job's time goes on the server's clock: rent -> command started (the assignment reaches
+    # the agent, it starts the command, its report lands), start -> end, end -> GPUs released
+    steps = {"rent_to_running_s": median_s("rented_at", "run_started_at"),
+             "running_to_exited_s": median_s("run_started_at", "run_ended_at"),
+             "exited_to_released_s": median_s("run_ended_at", "released_at")}
+    result = {"benchmark": "throughput", "jobs": args.jobs, "released": len(done),
+              "succeeded": sum(j["outcome"] == "succeeded" for j in done),
+              "jobs_per_s": round(rate, 2), "agent_http_calls_per_job": round(per_job, 2),
+              "agent_http_calls": dict(sorted(calls.items())), "median_steps": steps,
+              "baseline_sh_true_per_s": round(baseline, 1),
               "ratio_to_baseline": round(rate / baseline, 4), "goal_per_s": 20, "slurm_per_s": [3.3, 9.5]}
     print(json.dumps(result) if args.json else
-          f"trivial 1-GPU jobs through one 8-GPU node: {rate:.1f} jobs/s ({drained['released']}/{args.jobs} released, "
-          f"{result['succeeded']} succeeded); bare /bin/sh -c true: {baseline:.0f}/s; goal >= 20, Slurm 3.3-9.5")
+          f"trivial 1-GPU jobs through one 8-GPU node: {rate:.1f} jobs/s ({len(done)}/{args.jobs} released, "
+          f"{result['succeeded']} succeeded); bare /bin/sh -c true: {baseline:.0f}/s; goal >= 20, Slurm 3.3-9.5\n"
+          f"agent HTTP calls per job: {per_job:.2f} ("
+          + ", ".join(f"{k} {v / args.jobs:.2f}" for k, v in sorted(calls.items())) + ")\n"
+          "median steps (server clock): " + ", ".join(f"{k} {v}" for k, v in steps.items()))
     return result
+
+
+_AGENT_CALL = re.compile(r'"(?:GET|POST|PUT) /api/v1/agent/([a-z]+)/?(?:\d+/)?([a-z]*)')
+
+
+def agent_calls(access_log: Path, start: int) -> Counter:
+    """The agent's calls in Daphne's access log from byte ``start``, by kind (``work``,
+    ``heartbeat``, ``jobs/report``, ``jobs/log``, ``reports``...)."""
+    counts: Counter = Counter()
+    with open(access_log, "rb") as fh:
+        fh.seek(start)
+        for line in fh.read().decode(errors="replace").splitlines():
+            match = _AGENT_CALL.search(line)
+            if match:
+                counts["/".join(p for p in match.groups() if p)] += 1
+    return counts
 
 
 if __name__ == "__main__":

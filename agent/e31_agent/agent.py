@@ -199,7 +199,9 @@ class Agent:
         backoff = Backoff()
         while not self.stop_event.is_set():
             try:
-                answer = self.client.work(self.registration.poll_wait_s)
+                with self._lock:  # assignments we hold do not make the poll answer at once
+                    have = list(self.jobs)
+                answer = self.client.work(self.registration.poll_wait_s, have=have)
             except Aborted:
                 return
             except Exception as exc:  # a refusal (4xx) or an answer we cannot read

@@ -186,11 +186,25 @@ class ApiClient:
         data = self.request("POST", "/heartbeat/", json=body, max_tries=1)
         return HeartbeatAnswer.from_json(data)
 
-    def work(self, wait_s: float, *, abort: threading.Event | None = None) -> WorkAnswer:
-        """``GET work/?wait=`` long poll; ``wait_s`` is clamped to 0..30 s."""
+    def work(
+        self,
+        wait_s: float,
+        *,
+        have: list[JobRef] | None = None,
+        abort: threading.Event | None = None,
+    ) -> WorkAnswer:
+        """``GET work/?wait=`` long poll; ``wait_s`` is clamped to 0..30 s.
+
+        ``have``: the attempts this agent already holds (``?have=12.1,13.1``, protocol v2):
+        their assignments, repeated until the server hears of them, do not make the poll
+        answer at once.
+        """
         wait = max(0, min(30, int(wait_s)))
+        params: dict[str, Any] = {"wait": wait}
+        if have:
+            params["have"] = ",".join(f"{r.job_id}.{r.attempt}" for r in have)
         data = self.request(
-            "GET", "/work/", params={"wait": wait}, timeout_s=wait + 15.0, abort=abort
+            "GET", "/work/", params=params, timeout_s=wait + 15.0, abort=abort
         )
         return WorkAnswer.from_json(data)
 
@@ -206,6 +220,23 @@ class ApiClient:
         return self.request(
             "POST", f"/jobs/{job_id}/report/", json=body, abort=abort, job_call=True
         )
+
+    def report_batch(
+        self,
+        items: list[dict[str, Any]],
+        *,
+        abort: threading.Event | None = None,
+        max_tries: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """``POST reports/`` (protocol v2): several reports, each with its ``job_id``, in one call.
+
+        Returns the server's answer for each item, in order (``status`` 200, 400,
+        404, 409, 5xx; see docs/agent-protocol.md). Safe to retry as a whole.
+        Raises :class:`ApiError` 404 from a server without the call.
+        """
+        data = self.request("POST", "/reports/", json={"reports": items}, abort=abort, max_tries=max_tries)
+        results = data.get("results") if isinstance(data, dict) else None
+        return results if isinstance(results, list) else []
 
     def log_chunk(
         self,

@@ -1,7 +1,9 @@
 """One assignment from accept to finished, in a thread of its own.
 
 accepted -> staging -> running -> exited -> (pack, upload) -> finished.
-``finished`` goes last, after logs and bundle, since the server may hand
+With nothing to stage, ``accepted`` folds into ``running``; with nothing to
+pack, ``exited`` folds into ``finished`` (``exited={...}``; protocol v2):
+a trivial job sends two reports, not four. ``finished`` goes last, after logs and bundle, since the server may hand
 the GPUs to the next job the moment it hears it. ``cancel()`` is
 idempotent; ``drop()`` (stale attempt) and ``shutdown()`` (agent stopping)
 kill the processes and send nothing more.
@@ -97,6 +99,7 @@ class JobRun:
         self.process: JobProcess | None = None
         self.exited_sent = False
         self.finished_sent = False
+        self.folded_exit: dict[str, Any] | None = None  # the exited that finished will carry
         self.reporter = Reporter(
             client, self.ref, abort=self.abort, on_stale=self.drop, spool_path=self.state.reports_path
         )
@@ -174,7 +177,8 @@ class JobRun:
         if self.predecessor is not None:
             self.predecessor.drop()
             self.predecessor.join(a.grace_s + 30)
-        self.reporter.send("accepted")
+        if a.spec.data:  # with nothing to stage, "running" says "accepted" too (folded)
+            self.reporter.send("accepted")
         log.info("%s: accepted (%s)", self.ref, a.spec.name)
         job_dir = self._prepare_dir()
 
@@ -269,22 +273,30 @@ class JobRun:
     ) -> None:
         """exited, then the log, then the bundle (when there is one), then finished.
 
-        ``exited_queued``: the report is already in the spool (a resumed run).
+        With nothing to pack, ``exited`` is not sent on its own: ``finished`` carries it
+        (folded), after the log. ``exited_queued``: the run was past ``exited`` (a resumed
+        run): the report is in the spool, or (folded) goes with ``finished``.
         """
         self.phase = "output"
+        packs = pack_outputs and bool(self.assignment.spec.output_paths)
+        if not packs:
+            self.folded_exit = {"exit_code": exit_code, "reason": reason}
+            if message:
+                self.folded_exit["message"] = message
         if not exited_queued:
-            self.state.set_result(reason=reason, exit_code=exit_code, pack=pack_outputs)
-            self.reporter.send("exited", exit_code=exit_code, reason=reason, message=message)
+            self.state.set_result(reason=reason, exit_code=exit_code, pack=pack_outputs, message=message)
+            if packs:
+                self.reporter.send("exited", exit_code=exit_code, reason=reason, message=message)
             self.state.set_phase("output")
         self.exited_sent = True
         if self.shipper is not None:
             self.shipper.finish()
         self._check_dropped()
         note = None
-        if pack_outputs and self.assignment.spec.output_paths:
+        if packs:
             note = self._pack_and_upload()
         self._check_dropped()
-        self.reporter.send("finished", message=note)
+        self.reporter.send("finished", message=note, exited=self.folded_exit)
         self.state.set_phase("finished")
         self.finished_sent = True
         self.reporter.wait_sent()
@@ -462,7 +474,7 @@ class JobRun:
             code = self.process.exit_code if self.process is not None else None
             self.reporter.send("exited", exit_code=code, reason=reason, message="agent error")
         if not self.finished_sent:
-            self.reporter.send("finished", message="agent error")
+            self.reporter.send("finished", message="agent error", exited=self.folded_exit)
         self.reporter.wait_sent(60)
 
     # -- helpers ---------------------------------------------------------------

@@ -129,8 +129,11 @@ class RunState:
         """``{"reason", "exit_code", "pack"}`` once the run ended, else None."""
         return read_json(self.path / "result.json")
 
-    def set_result(self, *, reason: str, exit_code: int | None, pack: bool) -> None:
-        write_json(self.path / "result.json", {"reason": reason, "exit_code": exit_code, "pack": pack})
+    def set_result(self, *, reason: str, exit_code: int | None, pack: bool, message: str | None = None) -> None:
+        result: dict = {"reason": reason, "exit_code": exit_code, "pack": pack}
+        if message:  # a folded exited (sent with finished) needs it after a restart
+            result["message"] = message
+        write_json(self.path / "result.json", result)
 
     @property
     def reports_path(self) -> Path:

@@ -210,13 +210,69 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
                                            type=kind, received_at=now, payload=report)
         except IntegrityError:
             return False
+        if lease.accepted_at is None and kind != "accepted":
+            # Folded: an agent that stages nothing sends ``running`` without ``accepted`` before it
+            # (protocol v2); any report of the attempt means it was taken.
+            _on_accepted(job, lease, report, now)
         handler = _HANDLERS[kind]
         handler(job, lease, report, now)
     return True
 
 
+def agent_reports_apply(*, node: Node, reports: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Apply a batch of reports (``POST /api/v1/agent/reports/``): ``(job_id, report)`` pairs,
+    each report as for :func:`agent_report`, several jobs' reports in one call.
+
+    One transaction for the batch, so the pushes after commit (live pages, the scheduling cycle
+    a release asks for) go once per batch, not once per report; each report in a savepoint of
+    its own, so one that fails undoes no other. Each report is applied once (deduplicated by
+    (job, attempt, rank, seq)); each attempt's reports in seq order, whatever their order in the
+    batch; attempts by job id (one lock order for every batch). A report that fails with an
+    unexpected error stops the later reports of its attempt in this batch (answered 503, not
+    applied), so the agent sends them again, in order, with it. Should the commit itself fail,
+    the call fails (5xx) and the agent sends the whole batch again.
+
+    Returns:
+        One answer per report, in the order given: ``{"job_id", "seq", "status", ...}`` with
+        ``status`` 200 (and ``duplicate``), 404 (no lease on this node), 409 (``stale attempt``),
+        500 or 503 (not applied: send it again).
+    """
+    answers: list[dict[str, Any] | None] = [None] * len(reports)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (job_id, report) in enumerate(reports):
+        groups.setdefault((job_id, report["attempt"]), []).append(i)
+    with transaction.atomic():
+        for (job_id, _attempt), indexes in sorted(groups.items()):
+            failed = False
+            for i in sorted(indexes, key=lambda i: reports[i][1]["seq"]):
+                answers[i], failed = _apply_one(node, job_id, reports[i][1], failed)
+    return [a for a in answers if a is not None]
+
+
+def _apply_one(node: Node, job_id: int, report: dict[str, Any], held_back: bool) -> tuple[dict[str, Any], bool]:
+    """One report of a batch in a savepoint: ``(answer, failed)``."""
+    answer: dict[str, Any] = {"job_id": job_id, "seq": report["seq"]}
+    if held_back:
+        answer.update(status=503, detail="not applied: an earlier report of this attempt failed")
+        return answer, True
+    try:
+        applied = agent_report(node=node, job_id=job_id, report=report)  # its atomic() is a savepoint here
+    except Job.DoesNotExist:
+        answer.update(status=404, detail="no such job on this node")
+    except StaleAttempt:
+        answer.update(status=409, detail="stale attempt")
+    except Exception:
+        log.exception("report %s of job %s from node %s failed", report["seq"], job_id, node.name)
+        answer.update(status=500, detail="server error; send it again")
+        return answer, True
+    else:
+        answer.update(status=200, duplicate=not applied)
+    return answer, False
+
+
 def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     Lease.objects.filter(pk=lease.pk, accepted_at__isnull=True).update(accepted_at=now)
+    lease.accepted_at = lease.accepted_at or now
 
 
 def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
@@ -276,7 +332,11 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
 
 
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    if job.state == JobState.RUNNING or job.state == JobState.RENTED:
+    if report.get("exited") is not None:
+        # Folded (protocol v2, nothing declared as output): the ``exited`` it stands for comes
+        # first, at the same server time, exactly as if it had been sent on its own.
+        _on_exited(job, lease, report["exited"], now)
+    elif job.state == JobState.RUNNING or job.state == JobState.RENTED:
         # finished without exited (agent bug or older agent): stop the meter now
         _on_exited(job, lease, {"reason": EndReason.EXIT, "exit_code": report.get("exit_code")}, now)
     if job.nodes > 1 and not _every_rank_finished(job):
@@ -339,7 +399,7 @@ def gang_stops_for(node: Node) -> list[dict[str, int]]:
         if lease.attempt != lease.job.attempt:
             continue
         if not AgentReport.objects.filter(job_id=lease.job_id, attempt=lease.attempt, node_rank=lease.node_rank,
-                                          type="exited").exists():
+                                          type__in=("exited", "finished")).exists():  # finished: folded exited
             stops.append({"job_id": lease.job_id, "attempt": lease.attempt})
     return stops
 

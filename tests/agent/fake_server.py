@@ -47,6 +47,11 @@ class State:
     # (method, path prefix) -> statuses to answer before serving; 0 = drop the connection
     fail: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    batch_call: bool = True  # False: a protocol v1 server, without POST reports/ (answers 404)
+    batches: list[list[dict[str, Any]]] = field(default_factory=list)  # each POST reports/ body
+    item_fail: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (job, seq) -> statuses
+    work_have: list[set[tuple[int, int]]] = field(default_factory=list)  # each poll's ?have=
+    sticky_assignments: bool = False  # True: reports do not take assignments off the work answer
     lock: threading.Condition = field(default_factory=threading.Condition)
 
     def types(self, job_id: int) -> list[str]:
@@ -137,6 +142,24 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- the protocol ----------------------------------------------------------
 
+    def _apply_report(self, job_id: int, report: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One report, under ``state.lock``: (status, answer body)."""
+        st = self.state
+        key = (job_id, report["attempt"])
+        if key in st.stale:
+            return 409, {"detail": "stale attempt"}
+        if (job_id, report["attempt"], report["seq"]) in st.seqs:
+            return 200, {"duplicate": True}
+        st.seqs.add((job_id, report["attempt"], report["seq"]))
+        st.reports[job_id].append(report)
+        # any report means the assignment was taken ("running" folds "accepted" in)
+        if not st.sticky_assignments:
+            st.assignments = [a for a in st.assignments if (a["job_id"], a["attempt"]) != key]
+        if report["type"] == "exited" or report.get("exited"):
+            st.cancel = [c for c in st.cancel if (c["job_id"], c["attempt"]) != key]
+        st.lock.notify_all()
+        return 200, {"duplicate": False}
+
     def _route(self, method: str, parts: list[str], q: dict[str, str], body: bytes) -> None:
         st = self.state
         if parts == ["register"]:
@@ -159,12 +182,41 @@ class Handler(BaseHTTPRequestHandler):
                 return self._answer(200, {"cancel": list(st.cancel), "state": st.node_state})
         if parts == ["work"]:
             end = time.monotonic() + min(float(q.get("wait", 0)), st.poll_wait_s)
+            have = {tuple(int(x) for x in ref.split(".")) for ref in q.get("have", "").split(",") if ref}
             with st.lock:
-                while not (st.assignments or st.cancel) and time.monotonic() < end:
+                st.work_have.append(have)
+
+                def new() -> list[dict[str, Any]]:
+                    return [a for a in st.assignments if (a["job_id"], a["attempt"]) not in have]
+
+                while not (new() or st.cancel) and time.monotonic() < end:
                     st.lock.wait(0.05)
                 return self._answer(
                     200, {"assignments": list(st.assignments), "cancel": list(st.cancel)}
                 )
+        if parts == ["reports"] and method == "POST":
+            if not st.batch_call:
+                return self._answer(404, {"detail": "no such call"})
+            items = json.loads(body)["reports"]
+            with st.lock:
+                st.batches.append(items)
+                results = []
+                failed: set[tuple[int, int]] = set()  # as the site: a failure holds back the attempt's later ones
+                for item in items:
+                    report = {k: v for k, v in item.items() if k != "job_id"}
+                    forced = st.item_fail.get((item["job_id"], report["seq"]))
+                    if (item["job_id"], report["attempt"]) in failed:
+                        status, answer = 503, {"detail": "not applied"}
+                    elif forced:
+                        status, answer = forced.pop(0), {"detail": "injected item failure"}
+                        if not forced:
+                            del st.item_fail[(item["job_id"], report["seq"])]
+                    else:
+                        status, answer = self._apply_report(item["job_id"], report)
+                    if status >= 500:
+                        failed.add((item["job_id"], report["attempt"]))
+                    results.append({"job_id": item["job_id"], "seq": report["seq"], "status": status, **answer})
+                return self._answer(200, {"results": results})
         if parts[:1] == ["uploads"]:
             with st.lock:
                 item = st.uploads.get(parts[1])
@@ -179,23 +231,9 @@ class Handler(BaseHTTPRequestHandler):
         job_id = int(parts[1])
         rest = parts[2:]
         if rest == ["report"]:
-            report = json.loads(body)
-            key = (job_id, report["attempt"])
             with st.lock:
-                if key in st.stale:
-                    return self._answer(409, {"detail": "stale attempt"})
-                if (job_id, report["attempt"], report["seq"]) in st.seqs:
-                    return self._answer(200, {"duplicate": True})
-                st.seqs.add((job_id, report["attempt"], report["seq"]))
-                st.reports[job_id].append(report)
-                if report["type"] == "accepted":
-                    st.assignments = [
-                        a for a in st.assignments if (a["job_id"], a["attempt"]) != key
-                    ]
-                if report["type"] == "exited":
-                    st.cancel = [c for c in st.cancel if (c["job_id"], c["attempt"]) != key]
-                st.lock.notify_all()
-            return self._answer(200, {"duplicate": False})
+                status, answer = self._apply_report(job_id, json.loads(body))
+            return self._answer(status, answer)
         attempt = int(q["attempt"])
         key = (job_id, attempt)
         with st.lock:

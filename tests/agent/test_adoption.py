@@ -73,9 +73,9 @@ def test_a_restarted_agent_takes_up_the_running_job(tmp_path):
         finally:
             stop(first)
     reports = server.state.reports[5]
-    assert [r["type"] for r in reports] == ["accepted", "running", "exited", "finished"]
-    assert [r["seq"] for r in reports] == [1, 2, 3, 4]
-    assert (reports[2]["reason"], reports[2]["exit_code"]) == ("exit", 0)
+    assert [r["type"] for r in reports] == ["running", "exited", "finished"]  # nothing staged: no accepted
+    assert [r["seq"] for r in reports] == [1, 2, 3]
+    assert (reports[1]["reason"], reports[1]["exit_code"]) == ("exit", 0)
     assert log_at_kill < len(FULL_LOG)
     assert bytes(server.state.logs[(5, 1)]) == FULL_LOG
     assert (5, 1) in server.state.completed
@@ -103,8 +103,8 @@ def test_a_job_that_ended_while_no_agent_ran_is_reported(tmp_path):
         finally:
             stop(first)
     reports = server.state.reports[6]
-    assert [r["type"] for r in reports] == ["accepted", "running", "exited", "finished"]
-    assert reports[2]["exit_code"] == 4
+    assert [r["type"] for r in reports] == ["running", "finished"]  # nothing staged nor declared: folded
+    assert reports[1]["exited"] == {"exit_code": 4, "reason": "exit"}
     assert bytes(server.state.logs[(6, 1)]) == b"before\nafter\n"
 
 
@@ -132,7 +132,7 @@ def test_an_upload_cut_by_an_agent_restart_resumes_with_the_same_archive(tmp_pat
         finally:
             stop(first)
     assert server.state.completed[(12, 1)]["sha256"] == packed["sha256"]  # verified by the server
-    assert [r["type"] for r in server.state.reports[12]] == ["accepted", "running", "exited", "finished"]
+    assert [r["type"] for r in server.state.reports[12]] == ["running", "exited", "finished"]
     assert "message" not in server.state.reports[12][-1]
 
 
@@ -160,7 +160,7 @@ def test_a_job_gone_with_its_shim_is_lost_not_reported(tmp_path):
                 stop(second)
         finally:
             stop(first)
-    assert server.state.types(7) == ["accepted", "running"]
+    assert server.state.types(7) == ["running"]
 
 
 def test_a_run_the_server_ended_meanwhile_is_killed(tmp_path):
@@ -185,7 +185,7 @@ def test_a_run_the_server_ended_meanwhile_is_killed(tmp_path):
                 stop(second)
         finally:
             stop(first)
-    assert server.state.types(8) == ["accepted", "running"]
+    assert server.state.types(8) == ["running"]
 
 
 def test_a_node_declared_down_registers_again_and_kills_the_runs_it_lost(tmp_path):
@@ -207,7 +207,7 @@ def test_a_node_declared_down_registers_again_and_kills_the_runs_it_lost(tmp_pat
             assert job_processes(workdir) == []
         finally:
             stop(agent)
-    assert server.state.types(11) == ["accepted", "running"]
+    assert server.state.types(11) == ["running"]
 
 
 def test_the_report_spool_survives_a_restart(tmp_path):
@@ -220,7 +220,7 @@ def test_the_report_spool_survives_a_restart(tmp_path):
 
         client = ApiClient(server.url, TOKEN)
         with server.state.lock:
-            server.state.fail[("POST", "/api/v1/agent/jobs/9/report/")] = [0] * 1000
+            server.state.fail[("POST", "/api/v1/agent/reports/")] = [0] * 1000
         abort = threading.Event()
         first = Reporter(client, JobRef(9, 1), abort=abort, on_stale=lambda: None, spool_path=spool)
         first.send("accepted")

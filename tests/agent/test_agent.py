@@ -78,6 +78,15 @@ def node(tmp_path):
         assert job_processes(workdir) == []
 
 
+def exited_of(server: FakeServer, job_id: int) -> dict[str, Any]:
+    """The job's ``exited``: its own report, or the one its ``finished`` carries (folded)."""
+    reports = server.state.reports[job_id]
+    alone = [r for r in reports if r["type"] == "exited"]
+    folded = [r["exited"] for r in reports if r["type"] == "finished" and "exited" in r]
+    assert len(alone) + len(folded) == 1, reports
+    return (alone + folded)[0]
+
+
 def offer(server: FakeServer, *assignments: dict[str, Any]) -> None:
     with server.state.lock:
         server.state.assignments.extend(assignments)
@@ -171,7 +180,8 @@ def test_the_time_limit_stops_the_job(node):
     server, agent, workdir = node
     offer(server, assignment(30, "sleep 1000 & sleep 1000", deadline_in_s=1, grace_s=1))
     assert server.state.wait_for(lambda: "finished" in server.state.types(30))
-    exited = [r for r in server.state.reports[30] if r["type"] == "exited"][0]
+    assert server.state.types(30) == ["running", "finished"]  # nothing staged, nothing to pack: folded
+    exited = exited_of(server, 30)
     assert (exited["reason"], exited["exit_code"]) == ("time_limit", 143)
     assert job_processes(workdir) == []
 
@@ -191,7 +201,8 @@ def test_failed_staging_never_starts_the_run(node):
     assert server.state.wait_for(lambda: "finished" in server.state.types(40))
     types = server.state.types(40)
     assert "running" not in types
-    exited = [r for r in server.state.reports[40] if r["type"] == "exited"][0]
+    assert types[0] == "accepted" and types[-1] == "finished"  # staged: accepted on its own
+    exited = exited_of(server, 40)  # nothing packed: folded into finished
     assert exited["reason"] == "staging_failed" and exited["exit_code"] is None
     assert "sha256 mismatch" in exited["message"]
     assert (40, 1) not in server.state.completed  # nothing ran, nothing to pack

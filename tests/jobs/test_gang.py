@@ -76,3 +76,22 @@ def test_each_rank_keeps_a_log_of_its_own(gang, api):
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=1").content == b"rank 1 line 1\nrank 1 line 2\n"
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=2").status_code == 400
     assert Job.objects.get(pk=job.pk).log_size == 14
+
+
+def test_folded_reports_of_a_gang_end_it_as_one_too(gang):
+    """Ranks with nothing staged nor declared send running and finished(exited=...) only (protocol v2)."""
+    job, (r0, r1) = gang
+    for rank in (r0, r1):
+        rank.say("running")  # accepted folded in
+    assert all(Lease.objects.filter(job=job).values_list("accepted_at", flat=True))
+    ref = {"job_id": job.pk, "attempt": 1}
+    r1.say("finished", exited={"exit_code": 3, "reason": "exit"})
+    assert Job.objects.get(pk=job.pk).state == "output"
+    assert gang_stops_for(r0.lease.node) == [ref]  # rank 0 is told to stop
+    assert gang_stops_for(r1.lease.node) == []  # rank 1's finished stands for its exited
+    r0.say("finished", exited={"exit_code": 143, "reason": "cancelled"})
+    assert gang_stops_for(r0.lease.node) == []
+    job = Job.objects.get(pk=job.pk)
+    assert (job.state, job.outcome, job.exit_code) == ("released", "failed", 3)
+    assert [e.to_state for e in job.events.order_by("seq") if e.to_state] == [
+        "queued", "rented", "running", "output", "released"]

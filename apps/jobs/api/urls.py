@@ -28,6 +28,7 @@ urlpatterns = [
     path("agent/heartbeat/", agent.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/work/", agent.work_view, name="agent-work"),
     path("agent/jobs/<int:job_id>/report/", agent.ReportView.as_view(), name="agent-report"),
+    path("agent/reports/", agent.ReportBatchView.as_view(), name="agent-reports"),
     path("agent/jobs/<int:job_id>/log/", agent.LogView.as_view(), name="agent-log"),
     path("agent/jobs/<int:job_id>/bundle/", agent.BundleView.as_view(), name="agent-bundle"),
     path("agent/jobs/<int:job_id>/bundle/complete/", agent.BundleCompleteView.as_view(),

@@ -59,19 +59,53 @@ class HeartbeatSerializer(serializers.Serializer):
     health = HealthSerializer(required=False)
 
 
+EXIT_REASONS = ["exit", "time_limit", "cancelled", "staging_failed", "start_failed"]
+
+
+class ExitedSerializer(serializers.Serializer):
+    """The ``exited`` a ``finished`` report stands for too (folded, protocol v2)."""
+
+    exit_code = serializers.IntegerField(allow_null=True, min_value=-255, max_value=255)
+    reason = serializers.ChoiceField(choices=EXIT_REASONS)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
 class ReportSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1)
     seq = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     type = serializers.ChoiceField(choices=REPORT_TYPES)
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
-    reason = serializers.ChoiceField(
-        choices=["exit", "time_limit", "cancelled", "staging_failed", "start_failed"], required=False)
+    reason = serializers.ChoiceField(choices=EXIT_REASONS, required=False)
     message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
     bytes_done = serializers.IntegerField(required=False, min_value=0)
     bytes_total = serializers.IntegerField(required=False, min_value=0, allow_null=True)
     bytes_fetched = serializers.IntegerField(required=False, min_value=0)  # downloaded on the meter
     bytes_cached = serializers.IntegerField(required=False, min_value=0)  # linked in from the node's cache
     pid = serializers.IntegerField(required=False)
+    exited = ExitedSerializer(required=False)  # only on "finished": the exited it folds in
+
+    def validate(self, attrs: dict) -> dict:
+        if "exited" in attrs:
+            if attrs["type"] != "finished":
+                raise serializers.ValidationError({"exited": ["Only a finished report may carry exited."]})
+            attrs["exited"] = dict(attrs["exited"])
+        return attrs
+
+
+class BatchReportSerializer(ReportSerializer):
+    """One report of a batch: a report as above, with the job it is about."""
+
+    job_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
+REPORTS_PER_BATCH_MAX = 100
+
+
+class ReportBatchSerializer(serializers.Serializer):
+    """The envelope of ``POST reports/``; each item is validated on its own (one bad item is
+    answered 400 alone)."""
+
+    reports = serializers.ListField(child=serializers.DictField(), min_length=1, max_length=REPORTS_PER_BATCH_MAX)
 
 
 class ManifestFileSerializer(serializers.Serializer):

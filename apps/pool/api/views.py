@@ -18,7 +18,14 @@ from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
-from apps.jobs.services import StaleAttempt, agent_report, gang_stops_for, jobs_reconcile_heartbeat, log_append
+from apps.jobs.services import (
+    StaleAttempt,
+    agent_report,
+    agent_reports_apply,
+    gang_stops_for,
+    jobs_reconcile_heartbeat,
+    log_append,
+)
 from apps.metering.models import Lease
 
 from ..models import Node
@@ -26,7 +33,14 @@ from ..notify import node_group
 from ..selectors import agent_work_for, node_may_fetch_upload, running_on
 from ..services import node_for_token, node_heartbeat, node_register
 from .auth import IsNode, NodeTokenAuthentication, token_from_header
-from .serializers import BundleCompleteSerializer, HeartbeatSerializer, RegisterSerializer, ReportSerializer
+from .serializers import (
+    BatchReportSerializer,
+    BundleCompleteSerializer,
+    HeartbeatSerializer,
+    RegisterSerializer,
+    ReportBatchSerializer,
+    ReportSerializer,
+)
 
 
 class AgentView(APIView):
@@ -93,6 +107,30 @@ class ReportView(AgentView):
         except StaleAttempt:
             return Response({"detail": "stale attempt"}, status=status.HTTP_409_CONFLICT)
         return Response({"duplicate": not applied})
+
+
+@extend_schema(exclude=True)
+class ReportBatchView(AgentView):
+    """Several reports, of several jobs, in one call (protocol v2); one answer per report."""
+
+    def post(self, request):
+        envelope = ReportBatchSerializer(data=request.data)
+        envelope.is_valid(raise_exception=True)
+        items = envelope.validated_data["reports"]
+        answers: list[dict | None] = [None] * len(items)
+        valid: list[tuple[int, int, dict]] = []
+        for i, item in enumerate(items):
+            ser = BatchReportSerializer(data=item)
+            if ser.is_valid():
+                report = dict(ser.validated_data)
+                valid.append((i, report.pop("job_id"), report))
+            else:
+                answers[i] = {"job_id": item.get("job_id"), "seq": item.get("seq"), "status": 400,
+                              "errors": ser.errors}
+        applied = agent_reports_apply(node=self.node, reports=[(job_id, report) for _, job_id, report in valid])
+        for (i, _, _), answer in zip(valid, applied, strict=True):
+            answers[i] = answer
+        return Response({"results": answers})
 
 
 @extend_schema(exclude=True)
@@ -171,9 +209,34 @@ class UploadDownloadView(AgentView):
         return FileResponse(upload.file.open("rb"), as_attachment=True, filename=upload.name)
 
 
+HAVE_MAX = 1000
+
+
+def _held_refs(raw: str) -> set[tuple[int, int]]:
+    """``?have=12.1,13.2``: the attempts the agent already holds (protocol v2). Their assignments
+    are still listed in the answer but do not make the long poll answer at once.
+
+    Raises:
+        ValueError: not a comma-separated list of ``job.attempt`` (at most ``HAVE_MAX``).
+    """
+    refs = set()
+    parts = [p for p in raw.split(",") if p]
+    if len(parts) > HAVE_MAX:
+        raise ValueError(f"at most {HAVE_MAX} attempts")
+    for part in parts:
+        job, sep, attempt = part.partition(".")
+        if not sep or not job.isdigit() or not attempt.isdigit():
+            raise ValueError(f"{part[:40]!r} is not job_id.attempt")
+        refs.add((int(job), int(attempt)))
+    return refs
+
+
 @csrf_exempt
 async def work_view(request: HttpRequest) -> JsonResponse:
     """Long poll: answer at once if there is work for this node, else wait up to ``?wait=`` s.
+
+    Assignments of the attempts listed in ``?have=`` (the agent holds them already) are listed
+    but do not count as new work.
 
     The poll joins the node's channel-layer group *before* it reads the
     database, so a wake sent between the read and the wait is not lost.
@@ -187,6 +250,10 @@ async def work_view(request: HttpRequest) -> JsonResponse:
         wait = min(30.0, max(0.0, float(request.GET.get("wait", "0"))))
     except ValueError:
         return JsonResponse({"detail": "wait must be a number of seconds"}, status=400)
+    try:
+        have = _held_refs(request.GET.get("have", ""))
+    except ValueError as exc:
+        return JsonResponse({"detail": f"have: {exc}"}, status=400)
     layer = get_channel_layer()
     channel = await layer.new_channel()
     group = node_group(node.pk)
@@ -199,7 +266,8 @@ async def work_view(request: HttpRequest) -> JsonResponse:
             work = await sync_to_async(work_with_gang_stops)(node)
             left = deadline - loop.time()
             new_prestage = [p["job_id"] for p in work["prestage"] if p["new"]]
-            if work["assignments"] or work["cancel"] or new_prestage or left <= 0:
+            new_assignments = [a for a in work["assignments"] if (a["job_id"], a["attempt"]) not in have]
+            if new_assignments or work["cancel"] or new_prestage or left <= 0:
                 await sync_to_async(prestage_mark_offered)(node, new_prestage)
                 return JsonResponse(work)
             with contextlib.suppress(TimeoutError):
