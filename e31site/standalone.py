@@ -48,8 +48,10 @@ def demo_account() -> tuple[str, str]:
     password = os.environ.get("E31_DEMO_PASSWORD", "")
     if not password:
         if not path.exists():
-            path.write_text(secrets.token_urlsafe(12))
-            path.chmod(0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(12))
+        path.chmod(0o600)
         password = path.read_text().strip()
     user, _ = get_user_model().objects.get_or_create(username="demo", defaults={"is_staff": True,
                                                                                 "is_superuser": True})
@@ -57,6 +59,34 @@ def demo_account() -> tuple[str, str]:
         user.set_password(password)
         user.save()
     return "demo", password
+
+
+def files_private() -> list[Path]:
+    """Make the site's files at rest its user's alone (issue 11): ``var/`` and media 0700,
+    the SQLite database (and its -wal/-shm), the secret key and the demo password 0600.
+
+    New files are private already (``os.umask(0o077)`` in settings); this also fixes the
+    modes an older install left (0644 files in 0755 directories). Returns what it changed.
+    """
+    var = Path(settings.VAR_DIR)
+    media = Path(settings.MEDIA_ROOT)
+    media.mkdir(mode=0o700, parents=True, exist_ok=True)
+    db = Path(str(settings.DATABASES["default"]["NAME"]))
+    wanted = {var: 0o700, media: 0o700, var / "secret_key": 0o600, var / "demo_password": 0o600}
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        wanted.update({db: 0o600, Path(f"{db}-wal"): 0o600, Path(f"{db}-shm"): 0o600})
+    for root, dirs, files in os.walk(media):  # uploads and bundles stored before the umask
+        wanted.update({Path(root) / d: 0o700 for d in dirs})
+        wanted.update({Path(root) / f: 0o600 for f in files})
+    changed = []
+    for path, mode in wanted.items():
+        try:
+            if path.stat().st_mode & 0o777 != mode:
+                path.chmod(mode)
+                changed.append(path)
+        except FileNotFoundError:
+            continue
+    return changed
 
 
 def periodic_work() -> None:
@@ -130,6 +160,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     from e31site.asgi import application
 
     url = f"http://{host}:{port}"
+    files_private()
     user, password = demo_account()
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
     procs: list[subprocess.Popen] = []
