@@ -306,6 +306,8 @@ E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
 E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
 # Directories a spec may read with file:// (empty: file:// refused).
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
+# Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).
+E31_DATA_ALLOW_HOSTS = env_list("E31_DATA_ALLOW_HOSTS", [])
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
 E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)

@@ -245,6 +245,11 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
                    exit_code=exit_code, end_reason=reason, status_message="packing outputs")
 
 
+# ``finished`` messages that mean declared outputs did not all come back (the agent's
+# packer and uploader, SPEC §3): the job is then released ``failed`` with that reason.
+LOST_OUTPUT = ("bundle upload failed", "packing outputs failed", "outputs not packed")
+
+
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if job.state == JobState.RUNNING or job.state == JobState.RENTED:
         # finished without exited (agent bug or older agent): stop the meter now
@@ -264,7 +269,7 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if outcome is None:
         outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
     lost_output = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")
-                   if r.payload.get("message", "").startswith(("bundle upload failed", "packing outputs failed"))]
+                   if r.payload.get("message", "").startswith(LOST_OUTPUT)]
     if lost_output and outcome == Outcome.SUCCEEDED:
         outcome = Outcome.FAILED  # the command worked but its declared outputs did not come back
     transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
