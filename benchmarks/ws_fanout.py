@@ -40,7 +40,6 @@ import random
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -298,15 +297,14 @@ def main() -> dict:
     job_ids, owner_of, cookies = seed(args.clients)
     from django.conf import settings  # the sessions above are signed with this process's key
 
-    from e31site.devstack import free_port
+    from e31site.devstack import free_port, web_command
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="e31-ws-bench-") as tmp:
         log_path = Path(os.environ.get("BENCH_DAPHNE_LOG") or Path(tmp) / "daphne.log")
         log = open(log_path, "wb")  # noqa: SIM115 - closed below
-        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                   "e31site.asgi:application"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        daphne = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   env={**env(), "E31_VAR_DIR": tmp, "SECRET_KEY": settings.SECRET_KEY})
         try:
             import httpx

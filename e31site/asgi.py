@@ -19,6 +19,7 @@ from django.urls import re_path  # noqa: E402
 
 from apps.jobs.consumers import JobConsumer, JobListConsumer  # noqa: E402
 from apps.pool.consumers import PoolConsumer  # noqa: E402
+from e31site.bodylimit import BodyLimitMiddleware  # noqa: E402
 from e31site.consumers import RefuseConsumer  # noqa: E402
 from e31site.wsorigin import SameOriginValidator  # noqa: E402
 
@@ -31,6 +32,6 @@ websocket_urlpatterns: list = [
 ]
 
 application = ProtocolTypeRouter({
-    "http": django_asgi,
+    "http": BodyLimitMiddleware(django_asgi),
     "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

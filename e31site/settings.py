@@ -46,7 +46,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -218,6 +217,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024  # a bundle chunk is at most 8 Mi
 # ASGI handler spools the raw body to disk past it too (docs/deploy.md "Request bodies").
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 E31_UPLOAD_MAX_BYTES = env_int("E31_UPLOAD_MAX_BYTES", 1024 * 1024 * 1024)
+# Largest body a caller with no valid token or session may send (a sign-in form); a larger one is
+# refused 401/403 before it is read (e31site/bodylimit.py).
+E31_ANON_BODY_MAX_BYTES = env_int("E31_ANON_BODY_MAX_BYTES", 64 * 1024)
 # Largest output bundle a job may return, bytes (issue 4, item 8); told to agents in each assignment
 E31_BUNDLE_MAX_BYTES = env_int("E31_BUNDLE_MAX_BYTES", 50 * 1000**3)
 
@@ -287,7 +289,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
         "uvicorn.access": {"level": "WARNING"},
         "axes": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},  # one line per task is noise in standalone

@@ -1,7 +1,7 @@
 """Standalone mode: the whole site in one process, plus two local agents.
 
 ``make run`` calls ``manage.py standalone``. One process serves HTTP and
-WebSockets (Daphne), runs Celery tasks eagerly (no broker) and runs the
+WebSockets (uvicorn), runs Celery tasks eagerly (no broker) and runs the
 periodic work (scheduling cycle, node watch) on a timer; two agents with
 simulated GPUs run as child processes, each in its own work dir. Ctrl-C
 stops the server, then the agents (which stop their jobs), and waits for
@@ -154,8 +154,12 @@ def stop_agents(procs: list[subprocess.Popen], timeout: float = 45.0) -> None:
 
 
 def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = DEFAULT_AGENTS) -> None:
-    """Serve the site on ``host:port`` until interrupted, with the beat and local agents."""
-    from daphne.server import Server
+    """Serve the site on ``host:port`` until interrupted, with the beat and local agents.
+
+    HTTP and WebSockets are served by uvicorn, which hands request bodies to the
+    app as they arrive (Daphne buffered each whole in memory first, daphne#483).
+    """
+    import uvicorn
 
     from e31site.asgi import application
 
@@ -166,17 +170,26 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     procs: list[subprocess.Popen] = []
 
     def ready() -> None:
-        beat.loop = asyncio.get_event_loop()
+        beat.loop = asyncio.get_running_loop()
         procs.extend(start_agents(url, agents))
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
 
+    server = uvicorn.Server(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
+                                           log_level="warning", access_log=False))
+
+    async def run() -> None:
+        serving = asyncio.create_task(server.serve())  # installs its own SIGINT/SIGTERM handlers
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            ready()
+        await serving
+
     beat.start()
     try:
-        Server(application=application, endpoints=[f"tcp:port={port}:interface={host}"],
-               ready_callable=ready, signal_handlers=True,
-               http_timeout=None, websocket_handshake_timeout=10).run()
+        asyncio.run(run())
     finally:
         beat.stopped.set()
         print("  stopping agents...", flush=True)

@@ -8,7 +8,6 @@ import io
 import json
 import re
 import signal
-import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from apps.jobs.models import Job
 from apps.jobs.services import log_read
 from apps.pool.models import Node
 from apps.pool.services import node_set_drain
+from e31site.devstack import web_command
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -154,8 +154,7 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # The killed server comes back on the same port; the doomed page reconnects and its
     # snapshot brings the final state it missed.
     port = other_web.rsplit(":", 1)[1]
-    stack._spawn("web1-again", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", port,
-                                "e31site.asgi:application"], stack._env())
+    stack._spawn("web1-again", web_command("127.0.0.1", int(port)), stack._env())
     doomed.wait_for_selector(f'{status}[data-job-state="released"]', timeout=30_000)
     assert doomed.evaluate("window.__e31NoReload") is True
     assert doomed.evaluate("window.e31Live.logFromTop()")["toEnd"] < 10  # follows the end of the log
