@@ -62,6 +62,17 @@ def caller_known(headers: dict[bytes, bytes]) -> bool:
     return False
 
 
+def _caller_known_closing(headers: dict[bytes, bytes]) -> bool:
+    """:func:`caller_known`, then the thread's database connection back to the pool (this runs
+    outside any request, so Django's end-of-request hook would never close it)."""
+    from django.db import connections
+
+    try:
+        return caller_known(headers)
+    finally:
+        connections.close_all()
+
+
 async def _reply(send, status: int, detail: str, *, api: bool) -> None:
     body = json.dumps({"detail": detail}).encode() if api else (detail + "\n").encode()
     headers = [(b"content-type", b"application/json" if api else b"text/plain; charset=utf-8"),
@@ -97,7 +108,7 @@ class BodyLimitMiddleware:
             length = 0
         cap = body_cap(path)
         anon_max = settings.E31_ANON_BODY_MAX_BYTES
-        if (length is None or length > anon_max) and not await sync_to_async(caller_known)(headers):
+        if (length is None or length > anon_max) and not await sync_to_async(_caller_known_closing)(headers):
             if api:
                 return await _reply(send, 401, "Authentication credentials were not provided.", api=True)
             return await _reply(send, 403, "sign in first", api=False)
