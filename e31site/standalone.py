@@ -169,9 +169,9 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
     procs: list[subprocess.Popen] = []
 
-    def ready() -> None:
+    async def ready() -> None:
         beat.loop = asyncio.get_running_loop()
-        procs.extend(start_agents(url, agents))
+        procs.extend(await sync_to_async(start_agents)(url, agents))  # database calls: not on the loop
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
@@ -184,12 +184,14 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
         while not server.started and not serving.done():
             await asyncio.sleep(0.05)
         if server.started:
-            ready()
+            await ready()
         await serving
 
     beat.start()
     try:
         asyncio.run(run())
+    except KeyboardInterrupt:
+        pass  # uvicorn raises the Ctrl-C it caught again once it has shut down: a normal stop
     finally:
         beat.stopped.set()
         print("  stopping agents...", flush=True)
