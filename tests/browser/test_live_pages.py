@@ -124,7 +124,8 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # The log tail grows under our eyes; the doomed page's follows the end (it was not
     # scrolled), while on this page the reader scrolled to the top and stays there.
     logtail = f"#job-{job_id}-logtail"
-    page.wait_for_function(f"document.querySelector('{logtail}').dataset.end > 0")
+    # a selector, not wait_for_function: that evaluates a string in the page, which the CSP forbids
+    page.wait_for_selector(f"{logtail}[data-end]:not([data-end='0']):not([data-end=''])", state="attached")
     page.evaluate("""(() => { const box = document.querySelector('[data-autoscroll]');
         box.scrollTop = -(box.scrollHeight - box.clientHeight);  // the top of a column-reverse box
         box.dispatchEvent(new Event('scroll')); })()""")
