@@ -1,7 +1,7 @@
 """The ``make run`` shape for the benchmarks: ``manage.py standalone`` on SQLite in a temporary var dir.
 
 :func:`standalone_stack` starts the standalone server exactly as ``make run`` does
-(``migrate``, then ``manage.py standalone``: Daphne, eager tasks, the in-process
+(``migrate``, then ``manage.py standalone``: uvicorn, eager tasks, the in-process
 beat and its two built-in agents), on a free port with its own ``E31_VAR_DIR``
 and no ``DATABASE_URL``/``REDIS_URL`` (so SQLite and the in-memory channel layer).
 The benchmark's own agents (e.g. one ``8xH100-80GB``) are started next to it with

@@ -2,7 +2,7 @@
 goal, the median at 10,000 within 1.2x of the median at 0. Also: My jobs, the pool page and the jobs API
 answer in < 0.5 s with 10,000 waiting.
 
-Production shape: a :class:`LocalStack` (Daphne, a Celery worker, Redis), one 8-GPU node drained so every
+Production shape: a :class:`LocalStack` (uvicorn, a Celery worker, Redis), one 8-GPU node drained so every
 job waits. ``make run`` shape: ``manage.py standalone`` (eager tasks, in-memory channel layer, its
 coalescing cycle loop), both local agents drained. The 10,000 are stored in bulk, then one cycle runs
 (places them), then ``--submits`` sequential submits are timed again.

@@ -54,7 +54,7 @@ def run(urls: list[str], token: str, seconds: float, kind: str) -> tuple[float, 
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--web", type=int, default=2, help="Daphne processes (clients spread over them)")
+    parser.add_argument("--web", type=int, default=2, help="uvicorn processes (clients spread over them)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with live_stack([("bench-node", "8xH100-80GB")], web=args.web) as (stack, token):

@@ -9,7 +9,7 @@ processes started one after another straight from Python, the floor of
 running them at all.
 
 HTTP calls per job: the agent's calls (``/api/v1/agent/...``) counted from the
-web process's access log (Daphne writes one line per request) between the
+web process's access log (uvicorn's, kept for this run: ``E31_WEB_ACCESS_LOG=1``) between the
 first submit and the last release, by kind, divided by N. Heartbeats and the
 idle long polls are counted too: they are what a job costs the server.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -63,6 +64,7 @@ def main() -> dict:
     for _ in range(args.jobs):
         subprocess.run(["/bin/sh", "-c", "true"], check=True)
     baseline = args.jobs / (time.perf_counter() - t)
+    os.environ["E31_WEB_ACCESS_LOG"] = "1"  # the agent's calls are counted from it
     with live_stack([("bench-node", "8xH100-80GB")]) as (stack, token):
         client = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=60)
         access_log = Path(stack.var_dir) / "web0.log"
@@ -101,7 +103,7 @@ _AGENT_CALL = re.compile(r'"(?:GET|POST|PUT) /api/v1/agent/([a-z]+)/?(?:\d+/)?([
 
 
 def agent_calls(access_log: Path, start: int) -> Counter:
-    """The agent's calls in Daphne's access log from byte ``start``, by kind (``work``,
+    """The agent's calls in the web process's access log from byte ``start``, by kind (``work``,
     ``heartbeat``, ``jobs/report``, ``jobs/log``, ``reports``...)."""
     counts: Counter = Counter()
     with open(access_log, "rb") as fh:

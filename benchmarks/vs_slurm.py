@@ -33,7 +33,7 @@ management commands):
   just before ``sbatch``; 1-2 s idle before each). Goals: median <= 50 ms, p95 <= 100 ms.
   Slurm's interactive ``srun -G 1 -t 1 date +%s.%N`` start is printed for reference.
 
-The two E31 shapes: **production** = ``e31site/devstack.py`` (``--web`` Daphne
+The two E31 shapes: **production** = ``e31site/devstack.py`` (``--web`` uvicorn
 processes, a Celery worker, PostgreSQL ``BENCH_DATABASE_URL``, Redis
 ``BENCH_REDIS_URL``; both wiped) and **make run** = ``manage.py standalone`` on SQLite
 in a temporary var dir, with its two built-in agents' nodes drained and one
@@ -568,7 +568,7 @@ def main() -> dict:
     parser.add_argument("--gap", type=float, default=1.0, help="Slurm idle gap before each latency sample, "
                                                                "plus rand(0..1) s (measure.sh LAT_GAP)")
     parser.add_argument("--drain-limit", type=float, default=300, help="give up a throughput run after (s)")
-    parser.add_argument("--web", type=int, default=2, help="Daphne processes in the production shape")
+    parser.add_argument("--web", type=int, default=2, help="uvicorn processes in the production shape")
     parser.add_argument("--slurm-dir", type=Path, default=default_slurm_dir())
     parser.add_argument("--json", type=Path, help="also write every raw figure and the summary here")
     a = parser.parse_args()

@@ -1,15 +1,15 @@
-"""Live pages at scale: 1,000 WebSocket clients on one Daphne process with channels-redis, jobs
+"""Live pages at scale: 1,000 WebSocket clients on one uvicorn process with channels-redis, jobs
 changing state at a steady rate; beside it the same 1,000 clients polling the API every 5 s.
 
 Goal (issue 5): p95 commit -> receipt <= 100 ms, no message lost, idle CPU near zero.
 
-Set-up: a fresh database with 100 users of 10 queued jobs each; one Daphne
+Set-up: a fresh database with 100 users of 10 queued jobs each; one uvicorn
 process (the production web process, channels-redis on ``BENCH_REDIS_URL``).
 Client *i* (signed in as the owner of job *i*) opens job *i*'s page socket,
 so it is in ``job-<i>`` and in its owner's ``user-<owner>`` group, as a
 browser on the job page is.
 
-1. Idle: Daphne's CPU and memory with no socket (the baseline), then with
+1. Idle: uvicorn's CPU and memory with no socket (the baseline), then with
    all 1,000 sockets open and nothing changing.
 2. Push: a driver process moves jobs queued -> rented -> running -> output ->
    released through ``transition()`` at ``--rate`` changes a second (a job's
@@ -24,7 +24,7 @@ browser on the job page is.
    other jobs at the same rate: requests/s served, and staleness = time from
    a change's commit to the first poll that shows it.
 
-Both clocks are this machine's ``time.time()``. CPU is Daphne's own (user +
+Both clocks are this machine's ``time.time()``. CPU is uvicorn's own (user +
 system) over each phase, as a percent of one core.
 
     .venv/bin/python benchmarks/ws_fanout.py [--clients 1000] [--rate 20] [--seconds 30] [--json]
@@ -40,7 +40,6 @@ import random
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -143,7 +142,7 @@ def driver_result(proc: multiprocessing.Process, out: str) -> list:
 
 
 class Meter:
-    """Daphne's CPU (percent of one core) and memory over a phase."""
+    """uvicorn's CPU (percent of one core) and memory over a phase."""
 
     def __init__(self, pid: int):
         import psutil
@@ -187,7 +186,7 @@ async def open_sockets(url: str, job_ids, owner_of, cookies, received) -> list:
 
 async def ws_phase(args, url, job_ids, owner_of, cookies, meter) -> dict:
     received: dict[tuple[int, int, int, str], float] = {}
-    meter.start()  # baseline: the same Daphne with no socket open
+    meter.start()  # baseline: the same uvicorn with no socket open
     await asyncio.sleep(args.idle_seconds)
     no_sockets = meter.stop()
     t = time.monotonic()
@@ -298,15 +297,14 @@ def main() -> dict:
     job_ids, owner_of, cookies = seed(args.clients)
     from django.conf import settings  # the sessions above are signed with this process's key
 
-    from e31site.devstack import free_port
+    from e31site.devstack import free_port, web_command
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="e31-ws-bench-") as tmp:
         log_path = Path(os.environ.get("BENCH_DAPHNE_LOG") or Path(tmp) / "daphne.log")
         log = open(log_path, "wb")  # noqa: SIM115 - closed below
-        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                   "e31site.asgi:application"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        daphne = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   env={**env(), "E31_VAR_DIR": tmp, "SECRET_KEY": settings.SECRET_KEY})
         try:
             import httpx
@@ -336,15 +334,15 @@ def main() -> dict:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"push: {push['clients']} sockets on one Daphne, {push['changes']} changes at {args.rate:g}/s "
+        print(f"push: {push['clients']} sockets on one uvicorn, {push['changes']} changes at {args.rate:g}/s "
               f"({push['deliveries_expected']} deliveries): commit->receipt p50 {push['p50_ms']} ms, "
-              f"p95 {push['p95_ms']} ms, max {push['max_ms']} ms, lost {push['lost']}; Daphne with no socket "
+              f"p95 {push['p95_ms']} ms, max {push['max_ms']} ms, lost {push['lost']}; uvicorn with no socket "
               f"{push['idle_no_sockets']['cpu_percent']} % CPU, {push['idle_no_sockets']['rss_mb']} MB; idle "
               f"{push['idle']['cpu_percent']} % CPU, {push['idle']['rss_mb']} MB; under load "
               f"{push['load']['cpu_percent']} % CPU, {push['load']['rss_mb']} MB")
         print(f"poll: {poll['clients']} clients every {poll['interval_s']:g} s: {poll['requests_per_s']} requests/s "
               f"served ({poll['errors']} errors), mean staleness {poll['mean_staleness_s']} s "
-              f"(p95 {poll['p95_staleness_s']} s) over {poll['changes_seen']}/{poll['changes']} changes; Daphne "
+              f"(p95 {poll['p95_staleness_s']} s) over {poll['changes_seen']}/{poll['changes']} changes; uvicorn "
               f"{poll['load']['cpu_percent']} % CPU, {poll['load']['rss_mb']} MB")
     return result
 

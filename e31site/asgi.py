@@ -15,12 +15,13 @@ django_asgi = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from apps.jobs.consumers import JobConsumer, JobListConsumer  # noqa: E402
 from apps.pool.consumers import PoolConsumer  # noqa: E402
+from e31site.bodylimit import BodyLimitMiddleware  # noqa: E402
 from e31site.consumers import RefuseConsumer  # noqa: E402
+from e31site.wsorigin import SameOriginValidator  # noqa: E402
 
 # Any other path is refused cleanly (closed before any data), never a 500.
 websocket_urlpatterns: list = [
@@ -31,6 +32,6 @@ websocket_urlpatterns: list = [
 ]
 
 application = ProtocolTypeRouter({
-    "http": django_asgi,
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    "http": BodyLimitMiddleware(django_asgi),
+    "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

@@ -1,7 +1,7 @@
 """Start the production shape on one machine, as child processes: for end-to-end
 tests and benchmarks.
 
-:class:`LocalStack` runs N Daphne web processes, a Celery worker, optionally
+:class:`LocalStack` runs N uvicorn web processes, a Celery worker, optionally
 Celery beat, and agents with simulated GPUs, all against the PostgreSQL and
 Redis given. It is the same code and the same processes as the ``Procfile``,
 not a test double.
@@ -22,6 +22,17 @@ import httpx
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+def web_command(host: str, port: int) -> list[str]:
+    """The web process, as the ``Procfile`` runs it: uvicorn (HTTP bodies streamed to the app, not
+    buffered whole as Daphne does, daphne#483; WebSockets through the ``websockets`` package).
+    ``E31_WEB_ACCESS_LOG=1`` keeps uvicorn's access log (one line per request; benchmarks count
+    calls from it)."""
+    access = ["--access-log", "--log-level", "info"] if os.environ.get("E31_WEB_ACCESS_LOG") == "1" else [
+        "--no-access-log", "--log-level", "warning"]
+    return [sys.executable, "-m", "uvicorn", "e31site.asgi:application", "--host", host, "--port", str(port),
+            "--lifespan", "off", "--ws", "websockets", *access]
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
@@ -39,7 +50,7 @@ class LocalStack:
             database is flushed at start.
         var_dir: where uploads, bundles and agent work dirs go.
         agents: ``(node name, simulate spec)`` pairs, e.g. ``("node-a", "4xH100-80GB")``.
-        web: how many Daphne processes (each on its own port).
+        web: how many uvicorn processes (each on its own port).
         beat: also run Celery beat (periodic cycles, node watch).
         split_workers: one Celery worker per queue (``core``: cycles and node watch;
             ``side``: mail), as production runs them; else one worker takes both.
@@ -48,7 +59,7 @@ class LocalStack:
 
     Fault drills (tests/e2e/test_faults.py): :meth:`signal_agent` (``kill -9``,
     SIGSTOP), :meth:`start_agent` (again, on the same work dir and token),
-    :meth:`stop_web` / :meth:`start_web` (every Daphne process, on the same ports).
+    :meth:`stop_web` / :meth:`start_web` (every web process, on the same ports).
     """
 
     database_url: str
@@ -119,8 +130,7 @@ class LocalStack:
 
     def _spawn_web(self, env: dict[str, str]) -> None:
         for i, port in enumerate(self.ports):
-            self._spawn(f"web{i}", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                    "e31site.asgi:application"], env)
+            self._spawn(f"web{i}", web_command("127.0.0.1", port), env)
 
     def _wait_web(self, deadline: float) -> None:
         for url in self.urls:
@@ -146,7 +156,7 @@ class LocalStack:
             self._forget(f"agent-{name}")
 
     def stop_web(self) -> None:
-        """Stop every Daphne process (SIGKILL: a server that vanishes); ports are kept."""
+        """Stop every web process (SIGKILL: a server that vanishes); ports are kept."""
         for i in range(len(self.ports)):
             proc = self.named[f"web{i}"]
             proc.kill()
@@ -154,7 +164,7 @@ class LocalStack:
             self._forget(f"web{i}")
 
     def start_web(self, timeout: float = 60.0) -> None:
-        """Start the Daphne processes again, on the same ports, and wait until they answer."""
+        """Start the uvicorn processes again, on the same ports, and wait until they answer."""
         self._spawn_web(self._env())
         self._wait_web(time.monotonic() + timeout)
 
@@ -187,7 +197,7 @@ class LocalStack:
     def stop(self, timeout: float = 20.0, web_timeout: float = 3.0) -> None:
         """SIGTERM every process (agents first, so they stop their jobs), then SIGKILL leftovers.
 
-        Agents and the worker get ``timeout`` seconds; Daphne only ``web_timeout``: it waits
+        Agents and the worker get ``timeout`` seconds; uvicorn only ``web_timeout``: it waits
         for open requests (an agent's long poll lasts up to ``E31_AGENT_POLL_WAIT_S``) before
         it exits, and a web process keeps no state.
         """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -15,8 +16,13 @@ import dj_database_url
 from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Files at rest (issue 11): everything the site writes (var/, the SQLite file,
+# media, the secret key, the demo password) is its user's alone: 0700
+# directories, 0600 files. The umask covers files made later (uploads, bundles).
+os.umask(0o077)
 VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+VAR_DIR.chmod(0o700)
 
 
 def _secret_key() -> str:
@@ -26,8 +32,11 @@ def _secret_key() -> str:
         return key
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # Created 0600 (never readable by others, even for a moment).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(50))
+    path.chmod(0o600)
     return path.read_text().strip()
 
 
@@ -37,7 +46,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -46,7 +54,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI served from here: the product runs offline
     "django_filters",
@@ -56,6 +63,8 @@ INSTALLED_APPS = [
     "apps.metering",
     "apps.artifacts",
     "apps.notices",
+    "apps.tokens",
+    "axes",  # sign-in throttling (issue 11): AXES_* below
 ]
 
 MIDDLEWARE = [
@@ -67,6 +76,13 @@ MIDDLEWARE = [
     "apps.metering.middleware.UserTimeZoneMiddleware",  # pages in the user's own time zone
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "e31site.security.ContentSecurityPolicyMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
+]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in before the password is checked
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "e31site.urls"
@@ -199,21 +215,28 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 STORAGES = {
     "default": {"BACKEND": env_str("E31_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024  # a bundle chunk is at most 8 MiB
-FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# A file part of a multipart body past this goes to a temporary file, not memory; the
+# ASGI handler spools the raw body to disk past it too (docs/deploy.md "Request bodies").
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 E31_UPLOAD_MAX_BYTES = env_int("E31_UPLOAD_MAX_BYTES", 1024 * 1024 * 1024)
+# Largest body a caller with no valid token or session may send (a sign-in form); a larger one is
+# refused 401/403 before it is read (e31site/bodylimit.py).
+E31_ANON_BODY_MAX_BYTES = env_int("E31_ANON_BODY_MAX_BYTES", 64 * 1024)
 # Largest output bundle a job may return, bytes (issue 4, item 8); told to agents in each assignment
 E31_BUNDLE_MAX_BYTES = env_int("E31_BUNDLE_MAX_BYTES", 50 * 1000**3)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous call then answers 401 with WWW-Authenticate, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.tokens.auth.HashedTokenAuthentication",  # keys stored hashed (issue 11)
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -239,6 +262,35 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Sign-in throttling (django-axes, https://django-axes.readthedocs.io/): after
+# E31_SIGNIN_FAILURES wrong passwords for one account, or from one address, sign-in
+# is refused (429) for E31_SIGNIN_COOLOFF_S seconds, even with the right password.
+AXES_FAILURE_LIMIT = env_int("E31_SIGNIN_FAILURES", 10)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("E31_SIGNIN_COOLOFF_S", 15 * 60))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account and per address
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]  # behind a proxy: set E31_PROXY_IP_HEADER
+if env_str("E31_PROXY_IP_HEADER"):
+    AXES_IPWARE_META_PRECEDENCE_ORDER = [env_str("E31_PROXY_IP_HEADER"), "REMOTE_ADDR"]
+AXES_VERBOSE = False
+
+# HTTPS (E31_HTTPS=1 behind TLS): cookies only over HTTPS, HSTS, http -> https.
+E31_HTTPS = env_bool("E31_HTTPS", False)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if E31_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("E31_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("E31_HSTS_SUBDOMAINS", False)
+    SECURE_SSL_REDIRECT = env_bool("E31_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # the TLS proxy must set (or strip) it
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/agent/"]  # agents are told the https URL; never bounce their bodies
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -247,7 +299,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
+        "uvicorn.access": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},  # one line per task is noise in standalone
     },
 }
@@ -264,6 +317,8 @@ E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
 E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
 # Directories a spec may read with file:// (empty: file:// refused).
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
+# Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).
+E31_DATA_ALLOW_HOSTS = env_list("E31_DATA_ALLOW_HOSTS", [])
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
 E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)

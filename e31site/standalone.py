@@ -1,7 +1,7 @@
 """Standalone mode: the whole site in one process, plus two local agents.
 
 ``make run`` calls ``manage.py standalone``. One process serves HTTP and
-WebSockets (Daphne), runs Celery tasks eagerly (no broker), runs scheduling
+WebSockets (uvicorn), runs Celery tasks eagerly (no broker), runs scheduling
 cycles in a coalescing loop of its own (:class:`apps.pool.cycle_loop.CycleLoop`:
 what Celery and the Redis flag do in production; a request only asks for a
 cycle, never runs one) and the periodic work (node watch, a cycle) on a timer; two agents with
@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
@@ -49,8 +50,10 @@ def demo_account() -> tuple[str, str]:
     password = os.environ.get("E31_DEMO_PASSWORD", "")
     if not password:
         if not path.exists():
-            path.write_text(secrets.token_urlsafe(12))
-            path.chmod(0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(12))
+        path.chmod(0o600)
         password = path.read_text().strip()
     user, _ = get_user_model().objects.get_or_create(username="demo", defaults={"is_staff": True,
                                                                                 "is_superuser": True})
@@ -58,6 +61,34 @@ def demo_account() -> tuple[str, str]:
         user.set_password(password)
         user.save()
     return "demo", password
+
+
+def files_private() -> list[Path]:
+    """Make the site's files at rest its user's alone (issue 11): ``var/`` and media 0700,
+    the SQLite database (and its -wal/-shm), the secret key and the demo password 0600.
+
+    New files are private already (``os.umask(0o077)`` in settings); this also fixes the
+    modes an older install left (0644 files in 0755 directories). Returns what it changed.
+    """
+    var = Path(settings.VAR_DIR)
+    media = Path(settings.MEDIA_ROOT)
+    media.mkdir(mode=0o700, parents=True, exist_ok=True)
+    db = Path(str(settings.DATABASES["default"]["NAME"]))
+    wanted = {var: 0o700, media: 0o700, var / "secret_key": 0o600, var / "demo_password": 0o600}
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        wanted.update({db: 0o600, Path(f"{db}-wal"): 0o600, Path(f"{db}-shm"): 0o600})
+    for root, dirs, files in os.walk(media):  # uploads and bundles stored before the umask
+        wanted.update({Path(root) / d: 0o700 for d in dirs})
+        wanted.update({Path(root) / f: 0o600 for f in files})
+    changed = []
+    for path, mode in wanted.items():
+        try:
+            if path.stat().st_mode & 0o777 != mode:
+                path.chmod(mode)
+                changed.append(path)
+        except FileNotFoundError:
+            continue
+    return changed
 
 
 def periodic_work() -> None:
@@ -130,34 +161,50 @@ def stop_agents(procs: list[subprocess.Popen], timeout: float = 45.0) -> None:
 
 
 def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = DEFAULT_AGENTS) -> None:
-    """Serve the site on ``host:port`` until interrupted, with the beat and local agents."""
-    from daphne.server import Server
+    """Serve the site on ``host:port`` until interrupted, with the beat and local agents.
+
+    HTTP and WebSockets are served by uvicorn, which hands request bodies to the
+    app as they arrive (Daphne buffered each whole in memory first, daphne#483).
+    """
+    import uvicorn
 
     from apps.jobs.live import set_local_loop
     from apps.pool.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
 
     url = f"http://{host}:{port}"
+    files_private()
     user, password = demo_account()
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
     cycles = CycleLoop()
     procs: list[subprocess.Popen] = []
 
-    def ready() -> None:
-        beat.loop = asyncio.get_event_loop()
+    async def ready() -> None:
+        beat.loop = asyncio.get_running_loop()
         set_local_loop(beat.loop)  # before the first push or cycle
         set_runner(cycles.wake)
         cycles.start()
-        procs.extend(start_agents(url, agents))
+        procs.extend(await sync_to_async(start_agents)(url, agents))  # database calls: not on the loop
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
 
+    server = uvicorn.Server(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
+                                           log_level="warning", access_log=False))
+
+    async def run() -> None:
+        serving = asyncio.create_task(server.serve())  # installs its own SIGINT/SIGTERM handlers
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            await ready()
+        await serving
+
     beat.start()
     try:
-        Server(application=application, endpoints=[f"tcp:port={port}:interface={host}"],
-               ready_callable=ready, signal_handlers=True,
-               http_timeout=None, websocket_handshake_timeout=10).run()
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass  # uvicorn raises the Ctrl-C it caught again once it has shut down: a normal stop
     finally:
         beat.stopped.set()
         cycles.stop()

@@ -20,6 +20,7 @@ by file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -31,8 +32,11 @@ from types import FrameType
 from . import __version__
 from .agent import Agent, RegistrationRefused, WorkdirBusy
 from .config import AgentConfig
+from .extract import ExtractLimits
 from .inventory import SimulateError, parse_simulate
+from .netguard import AddressPolicy
 from .node_inputs import FileRootError, check_file_roots
+from .packer import OutputLimits
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -114,6 +118,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="allow file:// inputs under DIR (repeatable; default: $E31_AGENT_FILE_ROOTS, else nowhere)",
     )
     parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST|CIDR",
+        help="let http(s):// inputs reach this host name, address or network although it is not public"
+        " (loopback, private, link-local...; repeatable; default: $E31_AGENT_ALLOW_HOSTS, else none)",
+    )
+    parser.add_argument("--extract-max-bytes", type=int, default=None, metavar="BYTES",
+                        help="cap on the bytes one archive input unpacks to (default 100 GiB)")
+    parser.add_argument("--extract-max-members", type=int, default=None, metavar="N",
+                        help="cap on the entries of one archive input (default 1,000,000)")
+    parser.add_argument("--extract-max-ratio", type=float, default=None, metavar="R",
+                        help="cap on unpacked bytes per archive byte (default 200)")
+    parser.add_argument("--output-max-files", type=int, default=None, metavar="N",
+                        help="cap on the output files of one job (default 100,000)")
+    parser.add_argument("--output-max-bytes", type=int, default=None, metavar="BYTES",
+                        help="cap on the output bytes of one job, before compression"
+                        " (default: the server's bundle cap)")
+    parser.add_argument(
         "--retry-max",
         type=float,
         default=float(os.environ.get("E31_AGENT_RETRY_MAX_S", 30)),
@@ -143,12 +166,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     except ValueError:
         parser.error("--slot-uids: must be FIRST-LAST, uids above 0, e.g. 2310000-2319999")
     args.sandbox_deny = tuple(args.sandbox_deny) if args.sandbox_deny is not None else ("169.254.0.0/16",)
+    try:
+        AddressPolicy.parse(args.allow_host)
+    except ValueError as exc:
+        parser.error(f"--allow-host: {exc}")
+    for flag in ("extract_max_bytes", "extract_max_members", "extract_max_ratio", "output_max_files",
+                 "output_max_bytes"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')}: must be more than 0")
     if args.simulate:
         try:
             parse_simulate(args.simulate)
         except SimulateError as exc:
             parser.error(f"--simulate: {exc}")
     return args
+
+
+def _extract_limits(args: argparse.Namespace) -> ExtractLimits:
+    base = ExtractLimits.from_env()
+    return dataclasses.replace(
+        base,
+        max_bytes=args.extract_max_bytes or base.max_bytes,
+        max_members=args.extract_max_members or base.max_members,
+        max_ratio=args.extract_max_ratio or base.max_ratio,
+    )
+
+
+def _output_limits(args: argparse.Namespace) -> OutputLimits:
+    base = OutputLimits.from_env()
+    return dataclasses.replace(base, max_files=args.output_max_files or base.max_files,
+                               max_bytes=args.output_max_bytes or base.max_bytes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         unsafe_no_sandbox=args.unsafe_no_sandbox,
         slot_uids=args.slot_uids,
         sandbox_deny=args.sandbox_deny,
+        allow_hosts=tuple(args.allow_host),
+        extract_limits=_extract_limits(args),
+        output_limits=_output_limits(args),
     )
     try:
         agent = Agent(config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class AgentConfig:
     shutdown_grace_s: float = 10.0  # longest SIGTERM-to-SIGKILL wait when the agent stops
     cache_max_bytes: int | None = None  # input cache cap, bytes (None: $E31_AGENT_CACHE_MAX_BYTES or 50 GB)
     file_roots: tuple[Path, ...] = ()  # where file:// inputs may come from (empty: $E31_AGENT_FILE_ROOTS)
+    allow_hosts: tuple[str, ...] = ()  # non-public hosts/CIDRs http(s) inputs may reach (empty: $E31_AGENT_ALLOW_HOSTS)
+    extract_limits: Any = None  # extract.ExtractLimits (None: from $E31_AGENT_EXTRACT_MAX_*)
+    output_limits: Any = None  # packer.OutputLimits (None: from $E31_AGENT_OUTPUT_MAX_*)
     job_user: str | None = None  # run commands as this user (only when the agent runs as root)
     job_nofile: int = 65536  # RLIMIT_NOFILE of every job
     retry_max_s: float = 30.0  # longest backoff between retries of a call (protocol: 30 s)

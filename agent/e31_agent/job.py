@@ -345,6 +345,8 @@ class JobRun:
             tmp_dir=self.workdir.tmp,
             cache=inputs.cache,
             file_roots=inputs.file_roots,
+            net_policy=inputs.net_policy,
+            extract_limits=inputs.extract_limits,
             hardlink_ok=inputs.hardlink_ok and not self.assignment.spec.image,  # a container may run as root
             should_stop=lambda: self._stop_reason() is not None,
             progress=progress,
@@ -447,12 +449,14 @@ class JobRun:
                 bundle = pack(
                     self.workdir.job_dir(a.job_id), a.spec.output_paths, bundle_path, job_id=a.job_id,
                     max_bytes=a.output_max_bytes,
+                    limits=node_inputs.for_cache_dir(self.workdir.cache).output_limits,
                 )
             except OSError as exc:
                 log.error("%s: packing failed: %s", self.ref, exc)
                 return f"packing outputs failed: {exc}"
             write_json(self.state.bundle_meta_path, {
                 "size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": [f.to_json() for f in bundle.files],
+                "not_packed": list(bundle.not_packed),
             })  # fmt: skip
         log.info("%s: bundle of %d files, %d bytes", self.ref, len(bundle.files), bundle.size_bytes)
         try:
@@ -463,7 +467,7 @@ class JobRun:
         except StaleAttempt:
             self.drop()
             raise _Dropped() from None
-        return None
+        return not_packed_note(bundle.not_packed)
 
     def _fail_safe(self) -> None:
         """After an agent error: stop the run and close the attempt on the server."""
@@ -513,7 +517,17 @@ def _load_bundle(meta_path: Path, bundle_path: Path) -> Bundle | None:
     if not isinstance(meta, dict) or not bundle_path.is_file() or bundle_path.stat().st_size != meta["size_bytes"]:
         return None
     files = [FileEntry(path=f["path"], size_bytes=int(f["size_bytes"]), sha256=f["sha256"]) for f in meta["files"]]
-    return Bundle(path=bundle_path, size_bytes=int(meta["size_bytes"]), sha256=meta["sha256"], files=files)
+    return Bundle(path=bundle_path, size_bytes=int(meta["size_bytes"]), sha256=meta["sha256"], files=files,
+                  not_packed=tuple(meta.get("not_packed", ())))
+
+
+def not_packed_note(not_packed: tuple[str, ...]) -> str | None:
+    """The ``finished`` message when declared files were left out (the server then records
+    the outcome ``failed`` with it, SPEC §3), or None when every declared file was packed."""
+    if not not_packed:
+        return None
+    shown = ", ".join(not_packed[:5]) + (f" and {len(not_packed) - 5} more" if len(not_packed) > 5 else "")
+    return f"outputs not packed: {len(not_packed)} declared file{'s' if len(not_packed) > 1 else ''}: {shown}"
 
 
 def job_limits(

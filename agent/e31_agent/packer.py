@@ -13,10 +13,26 @@ skipped without being opened. The walk holds each directory open
 (``os.fwalk``) and opens each file relative to it with ``O_NOFOLLOW``, so a
 path swapped for a link while packing still reads nothing outside. The
 summed size of the files is capped (``max_bytes``) with a clear error.
+
+Issue 11: files are opened one at a time while the archive is written (never
+more than one output file and a directory or two open, whatever the count:
+50,000 outputs once ran the agent out of descriptors and dropped 30,011 of them
+silently). The number of files and their bytes are capped
+(:class:`OutputLimits`); past a cap nothing is packed and :class:`PackError`
+says which cap. A *hard link* whose other links are not all inside the job dir
+(``st_nlink`` greater than the links to that inode found in the job dir) is
+not packed: it may be a file of the agent's that the job could not read (the
+packer reads with the agent's rights). Such a file, or one that vanished or
+could not be read meanwhile, is listed in :attr:`Bundle.not_packed`, and the
+job's ``finished`` report says so (``outputs not packed: ...``): the server then
+records the outcome ``failed`` with that reason, never ``succeeded`` with files
+missing. Links, FIFOs, sockets and devices are never packed (they are not
+outputs: the walk skips them, as before).
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -38,14 +54,39 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip().replace("_", "")
+    return int(raw) if raw.isdigit() else default
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    """Caps on one job's outputs (agent flags ``--output-max-files`` / ``--output-max-bytes``,
+    or ``$E31_AGENT_OUTPUT_MAX_FILES`` / ``_BYTES``). ``max_bytes`` None: only the site's cap
+    (the assignment's ``output_max_bytes``) applies; the smaller of the two wins."""
+
+    max_files: int = 100_000
+    max_bytes: int | None = None
+
+    @classmethod
+    def from_env(cls) -> OutputLimits:
+        raw = _env_int("E31_AGENT_OUTPUT_MAX_BYTES", 0)
+        return cls(max_files=_env_int("E31_AGENT_OUTPUT_MAX_FILES", cls.max_files), max_bytes=raw or None)
+
+
 @dataclass(frozen=True)
 class Bundle:
-    """A packed bundle: the archive, its size (bytes), sha256 and file list."""
+    """A packed bundle: the archive, its size (bytes), sha256 and file list.
+
+    ``not_packed``: declared files left out, each ``"path (why)"`` (a hard link
+    to a file outside the job dir, a file gone or unreadable while packing).
+    """
 
     path: Path
     size_bytes: int
     sha256: str
     files: list[FileEntry]
+    not_packed: tuple[str, ...] = ()
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -124,18 +165,28 @@ def collect(job_dir: Path, patterns: list[str]) -> list[tuple[str, Path]]:
     regexes = [glob_regex(p) for p in check_patterns(patterns)]
     if not regexes:
         return []
+    return [(rel, path) for rel, path, _st in _collect(job_dir, regexes)[0]]
+
+
+def _collect(job_dir: Path, regexes: list[re.Pattern[str]]
+             ) -> tuple[list[tuple[str, Path, os.stat_result]], dict[tuple[int, int], int]]:
+    """:func:`collect` with each file's ``lstat``, and how many links to each inode of more
+    than one link the whole job dir holds (matched or not)."""
     root = os.path.realpath(job_dir)
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, Path, os.stat_result]] = []
+    links_inside: dict[tuple[int, int], int] = {}
     for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         dirnames.sort()
         for name in sorted(filenames + [d for d in dirnames if _is_link(d, dirfd)]):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
-            if not _matches(rel, regexes):
-                continue
             try:
                 st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
             except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                links_inside[(st.st_dev, st.st_ino)] = links_inside.get((st.st_dev, st.st_ino), 0) + 1
+            if not _matches(rel, regexes):
                 continue
             if stat.S_ISLNK(st.st_mode):
                 log.warning("not packing %s: links are never followed", rel)
@@ -144,9 +195,9 @@ def collect(job_dir: Path, patterns: list[str]) -> list[tuple[str, Path]]:
             elif rel == MANIFEST:
                 log.warning("job output %s is reserved for the bundle's manifest; not packed", rel)
             else:
-                found.append((rel, Path(full)))
-    found.sort()
-    return found
+                found.append((rel, Path(full), st))
+    found.sort(key=lambda f: f[0])
+    return found, links_inside
 
 
 def _is_link(name: str, dirfd: int) -> bool:
@@ -168,8 +219,12 @@ def _open_regular(root: str, rel: str) -> IO[bytes] | None:
         for part in parts[:-1]:
             fds.append(os.open(part, dir_flags, dir_fd=fds[-1]))
         fd = os.open(parts[-1], flags, dir_fd=fds[-1])
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link now (O_NOFOLLOW)
+            return None
+        raise
     finally:
         for d in fds:
             os.close(d)
@@ -204,57 +259,91 @@ def file_sha256(path: Path) -> str:
 
 
 def pack(
-    job_dir: Path, patterns: list[str], bundle_path: Path, *, job_id: int, max_bytes: int | None = None
+    job_dir: Path, patterns: list[str], bundle_path: Path, *, job_id: int, max_bytes: int | None = None,
+    limits: OutputLimits | None = None,
 ) -> Bundle:
     """Write ``bundle_path`` (a ``.tar.gz``): the collected outputs plus ``manifest.json``.
 
     The manifest, ``{"job_id", "files": [{"path", "size_bytes", "sha256"}]}``,
     sits at the archive's root. The archive is reproducible for the same
     files (gzip timestamp 0, fixed owners); its sha256 is computed while it
-    is written. ``max_bytes`` caps the summed size of the files (bytes).
-    Raises :class:`PackError` (unsafe pattern, over the cap) and ``OSError``.
+    is written. ``max_bytes`` (the site's cap) and ``limits`` cap the number
+    of files and their summed size. Files are opened one at a time.
+    Raises :class:`PackError` (unsafe pattern, over a cap) and ``OSError``.
     """
-    files = collect(job_dir, patterns)
+    limits = limits or OutputLimits.from_env()
+    regexes = [glob_regex(p) for p in check_patterns(patterns)]
+    files, links_inside = _collect(job_dir, regexes) if regexes else ([], {})
+    caps = [c for c in (max_bytes, limits.max_bytes) if c is not None]
+    cap = min(caps) if caps else None
+    total = sum(st.st_size for _rel, _path, st in files)
+    if len(files) > limits.max_files:
+        raise PackError(f"{len(files):,} output files is over the cap of {limits.max_files:,} files a job may"
+                        " return; nothing was packed")
+    if cap is not None and total > cap:
+        raise PackError(f"the declared outputs hold {total:,} bytes; the most a bundle may hold is {cap:,} bytes;"
+                        " nothing was packed")
     root = os.path.realpath(job_dir)
-    opened = []
-    total = 0
-    for rel, _path in files:
-        fh = _open_regular(root, rel)
-        if fh is None:
-            log.warning("not packing %s: no longer a regular file", rel)
-            continue
-        opened.append((rel, fh))
-        total += os.fstat(fh.fileno()).st_size
-    try:
-        if max_bytes is not None and total > max_bytes:
-            raise PackError(
-                f"the declared outputs hold {total} bytes; the most a bundle may hold is {max_bytes} bytes"
-            )
-        return _write(bundle_path, opened, job_id=job_id)
-    finally:
-        for _rel, fh in opened:
-            fh.close()
+    not_packed = []
+    wanted = []
+    for rel, _path, st in files:
+        inside = links_inside.get((st.st_dev, st.st_ino), 1)
+        if st.st_nlink > inside:
+            log.warning("not packing %s: a hard link (%d links, %d in the job dir)", rel, st.st_nlink, inside)
+            not_packed.append(f"{rel} (a hard link to a file outside the job dir)")
+        else:
+            wanted.append(rel)
+    bundle = _write(bundle_path, root, wanted, job_id=job_id, budget=cap, links_inside=links_inside)
+    return Bundle(bundle.path, bundle.size_bytes, bundle.sha256, bundle.files, (*not_packed, *bundle.not_packed))
 
 
-def _write(bundle_path: Path, opened: list[tuple[str, IO[bytes]]], *, job_id: int) -> Bundle:
+def _write(bundle_path: Path, root: str, rels: list[str], *, job_id: int, budget: int | None,
+           links_inside: dict[tuple[int, int], int]) -> Bundle:
+    """Archive ``rels`` (paths under ``root``), each opened, read and closed in turn.
+
+    A file that is no longer a regular file, became a hard link with links
+    outside, or cannot be opened is left out and listed in ``not_packed``.
+    ``budget``: bytes the files may hold together (a file that grew past it
+    raises :class:`PackError`).
+    """
     bundle_path.parent.mkdir(parents=True, exist_ok=True)
     entries: list[FileEntry] = []
+    not_packed: list[str] = []
+    written = 0
     with open(bundle_path, "wb") as raw_file:
         raw = _HashingWriter(raw_file)
         with (
             gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz,  # type: ignore[arg-type]
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            for rel, fh in opened:
-                st = os.fstat(fh.fileno())
-                info = _info(rel, st.st_size, int(st.st_mtime), executable=bool(st.st_mode & 0o100))
-                reader = _HashingReader(fh)
-                tar.addfile(info, reader)  # type: ignore[arg-type]
-                entries.append(FileEntry(rel, reader.size, reader.hash.hexdigest()))
+            for rel in rels:
+                try:
+                    fh = _open_regular(root, rel)
+                except OSError as exc:
+                    fh, why = None, f"cannot be read: {exc.strerror or exc}"
+                else:
+                    why = "no longer a regular file"
+                if fh is None:
+                    log.warning("not packing %s: %s", rel, why)
+                    not_packed.append(f"{rel} ({why})")
+                    continue
+                with fh:
+                    st = os.fstat(fh.fileno())
+                    if st.st_nlink > links_inside.get((st.st_dev, st.st_ino), 1):
+                        not_packed.append(f"{rel} (a hard link to a file outside the job dir)")
+                        continue
+                    if budget is not None and written + st.st_size > budget:
+                        raise PackError(f"the declared outputs grew past {budget:,} bytes while being packed")
+                    info = _info(rel, st.st_size, int(st.st_mtime), executable=bool(st.st_mode & 0o100))
+                    reader = _HashingReader(fh)
+                    tar.addfile(info, reader)  # type: ignore[arg-type]
+                    written += st.st_size
+                    entries.append(FileEntry(rel, reader.size, reader.hash.hexdigest()))
             manifest = {"job_id": job_id, "files": [e.to_json() for e in entries]}
             data = json.dumps(manifest, indent=1).encode()
             tar.addfile(_info(MANIFEST, len(data), 0), io.BytesIO(data))
-    return Bundle(path=bundle_path, size_bytes=raw.size, sha256=raw.hash.hexdigest(), files=entries)
+    return Bundle(path=bundle_path, size_bytes=raw.size, sha256=raw.hash.hexdigest(), files=entries,
+                  not_packed=tuple(not_packed))
 
 
 class _HashingWriter:

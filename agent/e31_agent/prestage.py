@@ -110,6 +110,8 @@ class Prestager:
             tmp_dir=self.workdir.tmp,
             cache=self.inputs.cache,
             file_roots=self.inputs.file_roots,
+            net_policy=self.inputs.net_policy,
+            extract_limits=self.inputs.extract_limits,
             should_stop=lambda: not self._keep_going(job_id),
             progress=progress,
         )
@@ -149,11 +151,15 @@ def start_prestager(client: ApiClient, workdir: Workdir, config: Any, job_user: 
     max_bytes = getattr(config, "cache_max_bytes", None)
     max_bytes = node_inputs.env_max_bytes() if max_bytes is None else max_bytes
     roots = getattr(config, "file_roots", None)
+    allow = getattr(config, "allow_hosts", None)
     inputs = node_inputs.configure(
         workdir.cache,
         max_bytes=max_bytes,
         file_roots=list(roots) if roots else node_inputs.env_file_roots(),
         hardlink_ok=job_user is not None,
+        allow_hosts=list(allow) if allow else node_inputs.env_allow_hosts(),
+        extract_limits=getattr(config, "extract_limits", None),
+        output_limits=getattr(config, "output_limits", None),
     )
     log.info("input cache %s: %d of %d bytes used; file:// allowed under %s", workdir.cache,
              inputs.cache.total_bytes, max_bytes, ", ".join(map(str, inputs.file_roots)) or "nowhere")

@@ -1,8 +1,12 @@
 """Fetching a job's inputs (``spec.data``) into the node's cache and its job dir.
 
-Sources: ``upload:<id>`` from the site (node token), and ``https://``,
-``http://``, ``s3://``, ``gs://`` through fsspec; ``file://`` only under a
-directory the operator allowed (``--allow-file-root``). Downloads go into
+Sources: ``upload:<id>`` from the site (node token); ``https://`` and
+``http://`` through :mod:`~e31_agent.netguard` (public addresses only, each
+redirect checked, the connection pinned to the checked address, unless the
+operator allows a host with ``--allow-host``); ``s3://``, ``gs://`` through
+fsspec; ``file://`` only under a directory the operator allowed
+(``--allow-file-root``). Archives are unpacked within the caps of
+:class:`~e31_agent.extract.ExtractLimits`. Downloads go into
 the node's :class:`~e31_agent.cache.InputCache` when the input has a key
 (its sha256, the URL with the source's version and size, or the upload
 id; see :func:`~e31_agent.cache.key_for`); a sha256 given in the spec is
@@ -32,13 +36,15 @@ from urllib.parse import unquote, urlparse
 from .backoff import Backoff
 from .cache import FillAborted, InputCache, key_for, link_or_copy
 from .client import Aborted, ApiClient, ApiError
-from .extract import ExtractError, safe_extract
+from .extract import ExtractError, ExtractLimits, safe_extract
 from .models import DataItem
+from .netguard import AddressPolicy, BlockedAddress, guarded_info, guarded_request
 from .paths import UnsafePath, is_within, resolve_inside
 
 log = logging.getLogger(__name__)
 
 SCHEMES = ("https", "http", "s3", "gs", "file")
+WEB = ("https", "http")  # fetched through netguard, never fsspec
 CHUNK = 1 << 20  # bytes read per step; cancel and deadline are checked between steps
 TRIES = 3  # per input, for transfers that break half way
 
@@ -70,7 +76,9 @@ class Stager:
     raises :class:`StagingAborted`. ``cache`` None disables the cache.
     ``file_roots``: directories ``file://`` sources may lie under (none: no
     ``file://`` at all). ``hardlink_ok``: a cached file may be hard-linked
-    into the job dir (only when the job cannot write it).
+    into the job dir (only when the job cannot write it). ``net_policy``: which
+    non-public hosts ``http(s)://`` sources may reach (default: none).
+    ``extract_limits``: caps on what an archive may unpack to.
     """
 
     def __init__(
@@ -84,6 +92,8 @@ class Stager:
         hardlink_ok: bool = False,
         should_stop: Callable[[], bool] = lambda: False,
         progress: Progress | None = None,
+        net_policy: AddressPolicy | None = None,
+        extract_limits: ExtractLimits | None = None,
     ) -> None:
         self.client = client
         self.job_dir = job_dir
@@ -91,6 +101,8 @@ class Stager:
         self.cache = cache
         self.file_roots = tuple(Path(os.path.realpath(r)) for r in file_roots)
         self.hardlink_ok = hardlink_ok
+        self.net_policy = net_policy or AddressPolicy()
+        self.extract_limits = extract_limits or ExtractLimits()
         self.should_stop = should_stop
         self.progress = progress or (lambda done, total: None)
         self.done = 0  # bytes staged so far, fetched or from the cache
@@ -104,9 +116,9 @@ class Stager:
         sources = self._plan(items)
         keys = [s.key for s in sources if s.key]
         with self.cache.pinned(keys) if self.cache else _nothing():
-            for source in sources:
+            for index, source in enumerate(sources):
                 self._check_stop()
-                with _errors(source):
+                with _naming(index), _errors(source):
                     self._stage_one(source, sources)
         self.progress(self.done, self._total(sources))
         return self.done
@@ -119,11 +131,14 @@ class Stager:
         """
         if self.cache is None:
             return 0, None
-        sources = [s for s in self._plan(items) if s.key and not s.is_dir]
+        planned = list(enumerate(self._plan(items)))
+        sources = [s for _, s in planned if s.key and not s.is_dir]
         with self.cache.pinned([s.key for s in sources if s.key]):
-            for source in sources:
+            for index, source in planned:
+                if not (source.key and not source.is_dir):
+                    continue
                 self._check_stop()
-                with _errors(source):
+                with _naming(index), _errors(source):
                     self._local(source, sources)
         return self.done, self._total(sources)
 
@@ -132,8 +147,8 @@ class Stager:
     def _plan(self, items: list[DataItem]) -> list[_Source]:
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         sources = []
-        for item in items:
-            with _errors(_Source(item, name="")):
+        for index, item in enumerate(items):
+            with _naming(index), _errors(_Source(item, name="")):
                 sources.append(self._describe(item))
         self.total = self._total(sources)
         return sources
@@ -162,8 +177,13 @@ class Stager:
             if self._size_from_cache(source):
                 return source  # no need to ask a source we will not read
         try:
-            fs, path = _filesystem(item.source)
-            info = fs.info(path)
+            if parsed.scheme in WEB:
+                info = guarded_info(item.source, self.net_policy)
+            else:
+                fs, path = _filesystem(item.source)
+                info = fs.info(path)
+        except BlockedAddress as exc:
+            raise StagingError(f"{item.source}: {exc}") from None
         except ImportError as exc:
             raise StagingError(f"{item.source}: {parsed.scheme}:// needs a package on the agent: {exc}") from None
         except FileNotFoundError:
@@ -226,7 +246,7 @@ class Stager:
                 except UnsafePath as exc:
                     raise StagingError(f"{item.source}: target {exc}") from None
                 try:
-                    safe_extract(local, dest)
+                    safe_extract(local, dest, limits=self.extract_limits)
                 except ExtractError as exc:
                     raise StagingError(f"{item.source}: {exc}") from None
             else:
@@ -332,6 +352,19 @@ class Stager:
                 with open(tmp, "wb") as out:
                     for chunk in response.iter_bytes(CHUNK):
                         written += self._write(out, chunk, digest, sources)
+        elif urlparse(item.source).scheme in WEB:
+            name = source.name
+            try:
+                with guarded_request(item.source, self.net_policy) as response:
+                    if response.status_code in (404, 410):
+                        raise StagingError(f"{item.source}: not found (HTTP {response.status_code})")
+                    if response.status_code >= 400:
+                        raise StagingError(f"{item.source}: HTTP {response.status_code}")
+                    with open(tmp, "wb") as out:
+                        for chunk in response.iter_bytes(CHUNK):
+                            written += self._write(out, chunk, digest, sources)
+            except BlockedAddress as exc:
+                raise StagingError(f"{item.source}: {exc}") from None
         else:
             fs, path = _filesystem(item.source)
             name = source.name
@@ -392,6 +425,21 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+class _naming:
+    """Prefixes a :class:`StagingError` with the spec field it is about: ``data[2]: ...``."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if kind is not None and issubclass(kind, StagingError) and not str(exc).startswith("data["):
+            raise StagingError(f"data[{self.index}]: {exc}") from None
+        return False
 
 
 class _errors:

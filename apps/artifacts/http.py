@@ -1,6 +1,6 @@
 """Serve a stored file with HTTP Range support (RFC 9110 §14), single ranges.
 
-Under ASGI (Daphne) the body is an *asynchronous* iterator reading 4 MiB
+Under ASGI (uvicorn) the body is an *asynchronous* iterator reading 4 MiB
 blocks in a worker thread: Django consumes a synchronous iterator there by
 reading it whole into memory first (``StreamingHttpResponse.__aiter__``),
 which for a 1 GB bundle meant 1 GB held in the web process and the first

@@ -331,6 +331,11 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
                    exit_code=exit_code, end_reason=reason, status_message="packing outputs")
 
 
+# ``finished`` messages that mean declared outputs did not all come back (the agent's
+# packer and uploader, SPEC §3): the job is then released ``failed`` with that reason.
+LOST_OUTPUT = ("bundle upload failed", "packing outputs failed", "outputs not packed")
+
+
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if report.get("exited") is not None:
         # Folded (protocol v2, nothing declared as output): the ``exited`` it stands for comes
@@ -370,12 +375,15 @@ def _output_not_delivered(job: Job) -> str:
     is the reason given when it has one. Whatever an agent says, a missing
     bundle is never a success (SPEC §3).
     """
+    said = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")]
+    lost = next((m for m in said if m.startswith(LOST_OUTPUT)), "")
+    if lost:  # the packer left files out, or packing or the upload failed
+        return lost
     if not (job.spec.get("output") or {}).get("paths") or job.run_started_at is None:
         return ""
     delivered = Bundle.objects.filter(job=job, attempt=job.attempt, completed_at__isnull=False).count()
     if delivered >= job.nodes:
         return ""
-    said = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")]
     return next((m for m in said if m), "output not delivered: no verified bundle was received")
 
 

@@ -170,6 +170,12 @@ class DataItem(_Strict):
             raise ValueError("must start with https://, s3://, gs://, upload: or file://")
         if value.startswith("upload:") and not value[len("upload:"):].strip():
             raise ValueError("upload: must name an uploaded file")
+        if value.startswith("https://"):
+            from .addresses import source_address_problem
+
+            problem = source_address_problem(value)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("target")

@@ -143,7 +143,8 @@ def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
     job = _own_job(request, pk)
     rank = request.GET.get("rank", "0")
-    bundle = bundle_latest(job, rank=int(rank)) if rank.isdigit() else None
+    # ASCII digits only: "²".isdigit() is True but int("²") raises (was a 500).
+    bundle = bundle_latest(job, rank=int(rank)) if rank.isascii() and rank.isdigit() and len(rank) < 6 else None
     if bundle is None or not bundle.file:
         raise Http404("This job has no bundle.")
     suffix = f"-rank{bundle.rank}" if bundle.rank else ""

@@ -1,6 +1,8 @@
 """Browser pages of the meter. Mounted at ``/usage/``."""
 from django.urls import path
 
+import e31site.converters  # noqa: F401  (registers <id:...>)
+
 from . import views
 
 app_name = "metering"
@@ -9,5 +11,5 @@ urlpatterns = [
     path("csv/", views.usage_csv, name="usage_csv"),
     path("report/", views.report, name="report"),
     path("report/csv/", views.report_csv, name="report_csv"),
-    path("receipts/<int:job_id>/", views.receipt, name="receipt"),
+    path("receipts/<id:job_id>/", views.receipt, name="receipt"),
 ]

@@ -2,7 +2,6 @@
 and the operators' report. Views parse, call selectors or services, and render."""
 from __future__ import annotations
 
-import csv
 import zoneinfo
 from decimal import Decimal
 from functools import wraps
@@ -20,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from apps.jobs.spec import format_duration
 
 from .accounts import profile_of, profile_set_time_zone, user_tz
+from .csvsafe import csv_write
 from .days import month_start
 from .filters import UsageFilter
 from .limits import spend_check
@@ -44,9 +44,7 @@ def _usage(request: HttpRequest) -> tuple[UsageFilter, list[Lease]]:
 def _csv_response(filename: str, header: list[str], rows: list[list[str]]) -> HttpResponse:
     resp = HttpResponse(content_type="text/csv; charset=utf-8")
     resp["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(resp)
-    writer.writerow(header)
-    writer.writerows(rows)
+    csv_write(resp, header, rows)
     return resp
 
 

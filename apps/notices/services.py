@@ -41,7 +41,9 @@ def release_email_send(*, job_id: int) -> bool:
     if job is None or not job.owner.email or not email_on_release(job.owner):
         return False
     context = {"job": job, "url": settings.E31_SITE_URL.rstrip("/") + job.get_absolute_url()}
-    name = " ".join(job.name.split())  # a newline in a header is refused by Django's mail (header injection)
+    # A header may not hold a line break (Django raises BadHeaderError): the
+    # name is the owner's text, so any control character becomes a space.
+    name = "".join(" " if ch.isspace() or not ch.isprintable() else ch for ch in job.name)
     subject = f"Job {job.pk} ({name}) released: {job.get_outcome_display() or 'done'}"
     try:
         with transaction.atomic():

@@ -1,7 +1,11 @@
 """Celery tasks of notices. Thin: each calls one service."""
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
@@ -13,5 +17,13 @@ def release_email_task(job_id: int) -> None:
 
 
 def enqueue_release_email(job_id: int) -> None:
-    """Queue :func:`release_email_task` (called after the release commits; mail never blocks a report)."""
-    release_email_task.delay(job_id)
+    """Queue :func:`release_email_task` (called after the release commits; mail never blocks a report).
+
+    Never raises: a notice that cannot be queued or sent (eager Celery runs
+    the task right here) is logged, and the agent's report that released the
+    job still gets its 200 (once a 500, then a 409 on the retry: job dropped).
+    """
+    try:
+        release_email_task.delay(job_id)
+    except Exception:
+        log.exception("release notice for job %s failed", job_id)

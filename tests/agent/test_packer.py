@@ -124,19 +124,20 @@ def test_special_files_and_links_are_skipped_and_nothing_outside_is_read(job_dir
 def test_a_dir_swapped_for_a_link_after_the_walk_reads_nothing(job_dir: Path, tmp_path: Path, monkeypatch):
     import e31_agent.packer as packer
 
-    real_collect = packer.collect
+    real_collect = packer._collect
 
-    def collect_then_swap(root, patterns):
-        found = real_collect(root, patterns)
+    def collect_then_swap(root, regexes):
+        found = real_collect(root, regexes)
         (job_dir / "logs" / "a.json").unlink()
         (job_dir / "logs").rmdir()
         os.symlink(tmp_path / "outside", job_dir / "logs")
         (tmp_path / "outside" / "a.json").write_text("outside the job dir")
         return found
 
-    monkeypatch.setattr(packer, "collect", collect_then_swap)
+    monkeypatch.setattr(packer, "_collect", collect_then_swap)
     bundle = pack(job_dir, ["logs/**", "metrics.json"], tmp_path / "b.tar.gz", job_id=12)
     assert [f.path for f in bundle.files] == ["metrics.json"]
+    assert bundle.not_packed == ("logs/a.json (no longer a regular file)",)  # said, never silently missing
 
 
 def test_outputs_over_the_cap_fail_with_a_clear_error(job_dir: Path, tmp_path: Path):

@@ -10,6 +10,7 @@ from e31_agent.backoff import Backoff
 from e31_agent.cache import InputCache
 from e31_agent.client import ApiClient
 from e31_agent.models import DataItem
+from e31_agent.netguard import AddressPolicy
 from e31_agent.staging import Stager, StagingAborted, StagingError
 
 from .fake_server import TOKEN, FakeServer
@@ -27,6 +28,7 @@ def dirs(tmp_path: Path) -> dict[str, Path]:
 
 def _stager(dirs, client=None, **kw) -> Stager:
     kw.setdefault("file_roots", [dirs["src"]])
+    kw.setdefault("net_policy", AddressPolicy.parse(["127.0.0.1"]))  # the fake server's static files
     kw.setdefault("cache", InputCache(dirs["cache"]))
     return Stager(client=client, job_dir=dirs["job"], tmp_dir=dirs["tmp"], **kw)
 

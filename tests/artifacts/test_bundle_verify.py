@@ -149,7 +149,8 @@ def test_a_chunk_sent_again_after_a_lost_answer_is_kept_once(job):
 def test_under_asgi_the_download_streams_in_blocks(owner, pool):
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
-    from rest_framework.authtoken.models import Token
+
+    from apps.tokens.services import token_issue
 
     job = rented_job(owner)
     data = os.urandom(10_000_000)  # incompressible: several 4 MiB blocks
@@ -157,7 +158,7 @@ def test_under_asgi_the_download_streams_in_blocks(owner, pool):
     archive = _tgz([("w.bin", data, tarfile.REGTYPE)], manifest=files)
     _complete(job, archive, files, step=1 << 20)
     client = AsyncClient()
-    auth = f"Token {Token.objects.get_or_create(user=owner)[0].key}"
+    auth = f"Token {token_issue(user=owner)}"
 
     async def fetch(**headers) -> tuple[int, dict, list[bytes]]:
         resp = await client.get(f"/api/v1/jobs/{job.pk}/bundle/", headers={"Authorization": auth, **headers})

@@ -1,6 +1,6 @@
 """Browser tests: Debian's chromium driven by Playwright against a live stack.
 
-The stack is the production shape (two Daphne processes, a Celery worker,
+The stack is the production shape (two uvicorn processes, a Celery worker,
 real agents with simulated GPUs) on the test database, with its channel
 layer on the test's own Redis database, so changes the test process makes
 (draining a node, a scheduling cycle run eagerly) reach the browsers too.

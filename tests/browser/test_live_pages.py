@@ -8,7 +8,6 @@ import io
 import json
 import re
 import signal
-import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from apps.jobs.models import Job
 from apps.jobs.services import log_read
 from apps.pool.models import Node
 from apps.pool.services import node_set_drain
+from e31site.devstack import web_command
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -80,7 +80,7 @@ def wait_live(page) -> None:
 def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     UserFactory(username="viewer")
     drain_all(True)  # hold the queue, so the page shows "queued" first
-    web, other_web = stack.urls  # agents talk to the first Daphne; the second is killed mid-run
+    web, other_web = stack.urls  # agents talk to the first uvicorn; the second is killed mid-run
     context = browser.new_context(accept_downloads=True)
     context.add_init_script(RECORD_STATES)
     page = context.new_page()
@@ -101,7 +101,7 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     wait_live(page)
     assert page.get_attribute(status, "data-job-state") == "queued"
 
-    # A second tab on My jobs, and a third job page on the Daphne that will be killed.
+    # A second tab on My jobs, and a third job page on the uvicorn that will be killed.
     jobs_tab = context.new_page()
     jobs_tab.goto(web + "/")
     wait_live(jobs_tab)
@@ -114,7 +114,7 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     page.wait_for_selector(f'{status}[data-job-state="running"]', timeout=60_000)
 
     # Mid-run: close My jobs' socket from the page (it reconnects by itself) and kill the
-    # second Daphne outright; the doomed page keeps trying while the job finishes.
+    # second uvicorn outright; the doomed page keeps trying while the job finishes.
     jobs_tab.evaluate("window.e31Live.socket.close()")
     killed = stack.procs[1]
     killed.send_signal(signal.SIGKILL)
@@ -124,7 +124,8 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # The log tail grows under our eyes; the doomed page's follows the end (it was not
     # scrolled), while on this page the reader scrolled to the top and stays there.
     logtail = f"#job-{job_id}-logtail"
-    page.wait_for_function(f"document.querySelector('{logtail}').dataset.end > 0")
+    # a selector, not wait_for_function: that evaluates a string in the page, which the CSP forbids
+    page.wait_for_selector(f"{logtail}[data-end]:not([data-end='0']):not([data-end=''])", state="attached")
     page.evaluate("""(() => { const box = document.querySelector('[data-autoscroll]');
         box.scrollTop = -(box.scrollHeight - box.clientHeight);  // the top of a column-reverse box
         box.dispatchEvent(new Event('scroll')); })()""")
@@ -154,8 +155,7 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # The killed server comes back on the same port; the doomed page reconnects and its
     # snapshot brings the final state it missed.
     port = other_web.rsplit(":", 1)[1]
-    stack._spawn("web1-again", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", port,
-                                "e31site.asgi:application"], stack._env())
+    stack._spawn("web1-again", web_command("127.0.0.1", int(port)), stack._env())
     doomed.wait_for_selector(f'{status}[data-job-state="released"]', timeout=30_000)
     assert doomed.evaluate("window.__e31NoReload") is True
     assert doomed.evaluate("window.e31Live.logFromTop()")["toEnd"] < 10  # follows the end of the log

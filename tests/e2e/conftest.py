@@ -1,4 +1,4 @@
-"""A live stack (Daphne, Celery worker, real agents) over the test database."""
+"""A live stack (uvicorn, Celery worker, real agents) over the test database."""
 from __future__ import annotations
 
 import os

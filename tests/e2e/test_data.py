@@ -1,7 +1,7 @@
 """End to end, data: pre-staging while queued bills no staging, a second job stages from the cache,
 and outputs never bring back links, special files or anything outside the job dir (issue 4, items 7-8).
 
-Real Daphne, Celery worker and agents (node-a: 4 x H100, node-b: 2 x A100) over the test database.
+Real uvicorn, Celery worker and agents (node-a: 4 x H100, node-b: 2 x A100) over the test database.
 """
 from __future__ import annotations
 

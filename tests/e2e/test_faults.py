@@ -1,4 +1,4 @@
-"""Fault drills on the live stack (issue 4, "Done when"): real Daphne, Celery worker and beat,
+"""Fault drills on the live stack (issue 4, "Done when"): real uvicorn, Celery worker and beat,
 real agent processes, real signals.
 
 - an agent killed with ``kill -9`` mid-run: the node goes down, the job back to the queue,

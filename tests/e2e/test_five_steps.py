@@ -1,4 +1,4 @@
-"""End to end: real Daphne, a real Celery worker and real agents run the four examples.
+"""End to end: real uvicorn, a real Celery worker and real agents run the four examples.
 
 Each example goes in once through the API (multipart) and once through the
 browser form; every one must reach released/succeeded with a bundle whose
@@ -30,10 +30,9 @@ EXAMPLES = ("training", "inference", "processing", "simulation")
 
 
 def token_client(base_url: str, user) -> httpx.Client:
-    from rest_framework.authtoken.models import Token
+    from apps.tokens.services import token_issue
 
-    token, _ = Token.objects.get_or_create(user=user)
-    return httpx.Client(base_url=base_url, headers={"Authorization": f"Token {token.key}"}, timeout=30)
+    return httpx.Client(base_url=base_url, headers={"Authorization": f"Token {token_issue(user=user)}"}, timeout=30)
 
 
 def browser_client(base_url: str, username: str) -> httpx.Client:

@@ -1,4 +1,4 @@
-"""Fault cases of issue 12 on the production shape: Daphne, a core and a side Celery worker,
+"""Fault cases of issue 12 on the production shape: uvicorn, a core and a side Celery worker,
 beat, PostgreSQL, Redis and real agents; ``manage.py meter_check`` after each (tests/e2e/conftest.py)."""
 from __future__ import annotations
 

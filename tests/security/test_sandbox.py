@@ -1,6 +1,6 @@
 """A hostile tenant against the job sandbox (issue 11, item 1; docs/security.md "Tenant sandbox").
 
-Real Daphne, Celery worker and two agents (tests/e2e ``live_stack``), run as
+Real uvicorn, Celery worker and two agents (tests/e2e ``live_stack``), run as
 root as on a production host. Two users each run :mod:`probe` as a job, at
 the same time; it tries, from inside its sandbox, what docs/security.md lists
 and writes down what worked (``result.json``, brought back in its bundle).

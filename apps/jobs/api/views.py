@@ -1,7 +1,6 @@
 """The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
 from __future__ import annotations
 
-import csv
 import io
 from datetime import UTC, datetime
 
@@ -19,6 +18,7 @@ from rest_framework.views import APIView
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
 from apps.metering.accounts import user_tz
+from apps.metering.csvsafe import csv_write
 from apps.metering.quotes import job_quote
 from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows
 from apps.metering.statements import statement_of
@@ -209,9 +209,7 @@ class UsageView(APIView):
         statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":
             buf = io.StringIO()
-            writer = csv.writer(buf)
-            writer.writerow(CSV_COLUMNS)
-            writer.writerows(usage_rows(statement, tz))
+            csv_write(buf, CSV_COLUMNS, usage_rows(statement, tz))
             resp = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
             resp["Content-Disposition"] = 'attachment; filename="e31-usage.csv"'
             return resp

@@ -12,16 +12,18 @@ from rest_framework.response import Response
 
 from apps.jobs.models import JobPrestage
 from apps.jobs.prestage import prestage_report
+from apps.pool.api.bounds import BIGINT_MAX
 
 from .views import AgentView
 
 
 class PrestageItemSerializer(serializers.Serializer):
-    job_id = serializers.IntegerField(min_value=1)
+    job_id = serializers.IntegerField(max_value=BIGINT_MAX, min_value=1)
     state = serializers.ChoiceField(choices=[JobPrestage.State.FETCHING, JobPrestage.State.DONE,
                                              JobPrestage.State.FAILED])
-    bytes_done = serializers.IntegerField(min_value=0, default=0)
-    bytes_total = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
+    bytes_done = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, default=0)
+    bytes_total = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, allow_null=True, required=False,
+                                           default=None)
     message = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from apps.jobs.services import REPORT_TYPES
+from apps.pool.api.bounds import BIGINT_MAX, INT_MAX
 
 
 class GpuInSerializer(serializers.Serializer):
@@ -18,8 +19,8 @@ class RegisterSerializer(serializers.Serializer):
     agent_version = serializers.CharField(max_length=32, required=False, default="")
     gpus = GpuInSerializer(many=True, max_length=1024)
     cpus = serializers.IntegerField(min_value=0, max_value=1_000_000)
-    memory_bytes = serializers.IntegerField(min_value=0)
-    disk_bytes = serializers.IntegerField(min_value=0, required=False, default=0)
+    memory_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
+    disk_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, default=0)
     runtimes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=10, required=False,
                                      default=list)
     simulated = serializers.BooleanField(required=False, default=False)
@@ -33,8 +34,8 @@ class RegisterSerializer(serializers.Serializer):
 
 
 class AttemptRefSerializer(serializers.Serializer):
-    job_id = serializers.IntegerField(min_value=1)
-    attempt = serializers.IntegerField(min_value=1)
+    job_id = serializers.IntegerField(max_value=BIGINT_MAX, min_value=1)
+    attempt = serializers.IntegerField(max_value=INT_MAX, min_value=1)
 
 
 class GpuHealthSerializer(serializers.Serializer):
@@ -44,9 +45,9 @@ class GpuHealthSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=1023)
     temperature_c = serializers.IntegerField(min_value=-100, max_value=300, required=False, allow_null=True)
     utilization_pct = serializers.IntegerField(min_value=0, max_value=100, required=False, allow_null=True)
-    memory_used_mb = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    ecc_uncorrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    ecc_corrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    memory_used_mb = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+    ecc_corrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
 
 
 class HealthSerializer(serializers.Serializer):
@@ -71,17 +72,18 @@ class ExitedSerializer(serializers.Serializer):
 
 
 class ReportSerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(min_value=1)
+    attempt = serializers.IntegerField(max_value=INT_MAX, min_value=1)
     seq = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
     type = serializers.ChoiceField(choices=REPORT_TYPES)
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
     reason = serializers.ChoiceField(choices=EXIT_REASONS, required=False)
     message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
-    bytes_done = serializers.IntegerField(required=False, min_value=0)
-    bytes_total = serializers.IntegerField(required=False, min_value=0, allow_null=True)
-    bytes_fetched = serializers.IntegerField(required=False, min_value=0)  # downloaded on the meter
-    bytes_cached = serializers.IntegerField(required=False, min_value=0)  # linked in from the node's cache
-    pid = serializers.IntegerField(required=False)
+    bytes_done = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    bytes_total = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0, allow_null=True)
+    # downloaded on the meter; linked in from the node's cache
+    bytes_fetched = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    bytes_cached = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    pid = serializers.IntegerField(max_value=INT_MAX, required=False)
     exited = ExitedSerializer(required=False)  # only on "finished": the exited it folds in
 
     def validate(self, attrs: dict) -> dict:
@@ -110,11 +112,11 @@ class ReportBatchSerializer(serializers.Serializer):
 
 class ManifestFileSerializer(serializers.Serializer):
     path = serializers.CharField(max_length=1000)
-    size_bytes = serializers.IntegerField(min_value=0)
+    size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
     sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
 
 
 class BundleCompleteSerializer(serializers.Serializer):
-    size_bytes = serializers.IntegerField(min_value=0)
+    size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
     sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
     files = ManifestFileSerializer(many=True, max_length=100_000)

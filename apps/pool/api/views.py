@@ -7,13 +7,15 @@ import contextlib
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.http import FileResponse, Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.artifacts.http import serve_file
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
@@ -206,7 +208,11 @@ class UploadDownloadView(AgentView):
         upload = Upload.objects.filter(pk=upload_id).first()
         if upload is None or not node_may_fetch_upload(self.node, upload):
             raise Http404
-        return FileResponse(upload.file.open("rb"), as_attachment=True, filename=upload.name)
+        # serve_file streams 4 MiB blocks under ASGI (a FileResponse there was read whole into memory)
+        resp = serve_file(request, upload.file, filename="", size=upload.size_bytes, etag=upload.sha256,
+                          content_type="application/octet-stream")
+        resp["Content-Disposition"] = content_disposition_header(True, upload.name)
+        return resp
 
 
 HAVE_MAX = 1000

@@ -1,0 +1,29 @@
+"""Users' API tokens, stored hashed (issue 11).
+
+DRF's ``authtoken`` kept each key in plain text, so a database read (or an
+admin page) gave away every user's API access. Here only the key's SHA-256 is
+kept, with its first characters (``prefix``) to tell tokens apart; the key
+itself is shown once, when issued (``manage.py issue_token``). A key is 40
+random hex characters (160 bits), so a plain, unsalted SHA-256 is safe: there is
+nothing to guess from a dictionary.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+PREFIX_LEN = 8
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the key, hex.")
+    prefix = models.CharField(max_length=PREFIX_LEN, help_text="The key's first characters, to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
