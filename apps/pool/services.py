@@ -50,9 +50,9 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
     now = timezone.now()
     node = Node.objects.select_for_update().get(pk=node.pk)
     was_down = node.state == NodeState.DOWN
-    for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated",
-                "sandboxed"):
+    for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated"):
         setattr(node, key, inventory[key])
+    node.sandboxed = bool(inventory.get("sandboxed", False))  # an agent that does not say is not sealed
     node.registered_at = node.last_heartbeat_at = now
     node.state = NodeState.DRAINING if node.drain else NodeState.UP
     node.save()
