@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from apps.jobs.choices import JobState
 from apps.jobs.live import queue_changed
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobEvent
 from apps.jobs.prestage import prestage_plan
 from apps.jobs.state import transition
 from apps.metering.models import Lease, LeaseGpu, SchedulerCycle
@@ -241,6 +241,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         ``{"placed": n, "queued": m, "seconds": cycle time}``.
     """
     started = time.monotonic()
+    frozen = now is not None  # a caller's clock (tests, the simulator) stamps as given
     with transaction.atomic():
         _lock()
         now = now or timezone.now()
@@ -282,6 +283,11 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             node_wake(node_id)
         seconds = time.monotonic() - started
         _keep_cycle_stat(now, policy.name, seconds, len(rows), len(decision.placements))
+        if decision.placements and not frozen:
+            # The meter starts when the lease exists (issue 12 item 1): every wait inside this
+            # cycle (a lock on the lease table, a slow write) is over; stamp the rent now, just
+            # before the commit, so none of it is billed.
+            _restamp_rent([p.job_id for p in decision.placements], now, timezone.now())
     log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, "
             "%d rows rewritten, %.1f ms", len(decision.placements), len(decision.pending), len(changed),
             seconds * 1000)
@@ -305,6 +311,18 @@ def _place(placements, predicted: dict[int, float], now: datetime) -> None:
         where = ", ".join(f"{nodes[n].name} ({len(ids)} GPU{'s' if len(ids) > 1 else ''})"
                           for n, ids in placement.nodes)
         transition(job, JobState.RENTED, detail=f"rented {where}", now=now)
+
+
+def _restamp_rent(job_ids: list[int], stamped: datetime, at: datetime) -> None:
+    """Move the rent of the jobs this cycle placed from ``stamped`` (the cycle's clock read once it
+    held its lock) to ``at`` (read after the cycle's writes, just before commit): the leases'
+    ``rented_at`` (the meter's start and the agents' deadline basis, SPEC §4), the jobs'
+    ``rented_at`` and their "rented" events. Three UPDATEs, whatever the number of jobs."""
+    if at <= stamped:
+        return
+    Lease.objects.filter(job_id__in=job_ids, rented_at=stamped, released_at__isnull=True).update(rented_at=at)
+    Job.objects.filter(pk__in=job_ids, state=JobState.RENTED, rented_at=stamped).update(rented_at=at)
+    JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.RENTED, at=stamped).update(at=at)
 
 
 def _write_queue(changed: list[tuple[int, int, int, datetime | None, str]]) -> None:
