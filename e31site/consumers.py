@@ -2,15 +2,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
+from django.conf import settings
 from django.utils import timezone
 
+from apps.jobs import live_seq
 from apps.jobs.fragments import stamp_ms
 from apps.metering.accounts import user_tz
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_MIN_INTERVAL_S = 1.0  # a client asking faster gets one snapshot a second, the last one late
 MAX_CLIENT_MESSAGE = 1024  # bytes; clients only ever send {"snapshot": true}
@@ -44,6 +50,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
     tab was hidden); that re-joins the groups, which also renews their
     expiry, and sends a new snapshot, at most one a second: requests that
     come faster are answered together by one snapshot when the second is up.
+
+    Converging (issue 12 item 7): every frame says which group messages it
+    answers, as ``<template data-live=... data-live-seqs="group:n ...">``:
+    ``snapshot`` (the groups' numbers read before the snapshot's read: it
+    shows every change numbered up to them), ``seq`` (one message, forwarded
+    even when it renders nothing) and ``beat`` (every ``E31_LIVE_HEARTBEAT_S``:
+    the groups' numbers now). The page asks for a snapshot when a number is
+    missing, or when the socket stays silent (static/js/live.js). The beat
+    also re-joins the groups every ``E31_LIVE_GROUP_RENEW_S`` (at most half
+    the channel layer's group expiry), so a page open for days still hears.
     """
 
     joined: list[str]
@@ -66,10 +82,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self._join()
         await self.accept()
         await self._send_snapshot()
+        self.beat_task = asyncio.create_task(self._beat())
 
     async def disconnect(self, code: int) -> None:
         if self.snapshot_due:
             self.snapshot_due.cancel()
+        if getattr(self, "beat_task", None):
+            self.beat_task.cancel()
         for group in self.joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -110,20 +129,58 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=event["html"])
 
     async def live_changed(self, event: dict) -> None:
-        """A change message from :mod:`apps.jobs.live`: render what it calls for and send it."""
-        if event.get("version", 0) < self.snapshot_stamp:
-            return  # committed before the snapshot's read began: the snapshot shows it
-        html = await database_sync_to_async(self._render_local)(self.scope["user"], event,
-                                                                **self.scope["url_route"]["kwargs"])
-        if html:
-            await self.send(text_data=html)
+        """A change message from :mod:`apps.jobs.live`: render what it calls for and send it, after
+        its number (sent alone when there is nothing to render, so the page sees no gap)."""
+        mark = _seq_mark(event)
+        html = ""
+        if event.get("version", 0) >= self.snapshot_stamp:  # else the snapshot shows it already
+            html = await database_sync_to_async(self._render_local)(self.scope["user"], event,
+                                                                    **self.scope["url_route"]["kwargs"])
+        if mark or html:
+            await self.send(text_data=mark + html)
 
     async def live_log(self, event: dict) -> None:
         """New log bytes (:func:`apps.jobs.live.log_chunk_added`): rendered here, no database read."""
         from apps.jobs.fragments import render_log_chunk
 
-        await self.send(text_data=render_log_chunk(event["job"], attempt=event["attempt"], offset=event["offset"],
-                                                   data=event["data"], version=event["version"]))
+        await self.send(text_data=_seq_mark(event) + render_log_chunk(
+            event["job"], attempt=event["attempt"], offset=event["offset"], data=event["data"],
+            version=event["version"]))
+
+    async def _seqs(self) -> dict[str, int] | None:
+        """The joined groups' message numbers now; None when the counter cannot be read."""
+        try:
+            return await live_seq.counter(self.channel_layer).current(self.joined)
+        except Exception:
+            log.warning("could not read live message numbers", exc_info=True)
+            return None
+
+    def _mark(self, kind: str, seqs: dict[str, int] | None) -> str:
+        if seqs is None:
+            return ""
+        return (f'<template data-live="{kind}" data-live-seqs="{live_seq.seqs_attr(seqs)}" '
+                f'data-live-beat-s="{settings.E31_LIVE_HEARTBEAT_S:g}"></template>')
+
+    def renew_every_s(self) -> float:
+        """How often the groups are joined again: ``E31_LIVE_GROUP_RENEW_S``, at most half the
+        layer's group expiry (channels-redis drops members not re-added within it)."""
+        expiry = getattr(self.channel_layer, "group_expiry", None) or 86400
+        return max(0.1, min(settings.E31_LIVE_GROUP_RENEW_S, expiry / 2))
+
+    async def _beat(self) -> None:
+        """Every ``E31_LIVE_HEARTBEAT_S``: re-join the groups when due, then send the numbers now."""
+        renewed = time.monotonic()
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                await asyncio.sleep(settings.E31_LIVE_HEARTBEAT_S)
+                try:
+                    if time.monotonic() - renewed >= self.renew_every_s():
+                        await self._join()
+                        renewed = time.monotonic()
+                    mark = self._mark("beat", await self._seqs())
+                    await self.send(text_data=mark or '<template data-live="beat"></template>')
+                except Exception:
+                    log.debug("live heartbeat failed", exc_info=True)
 
     async def _join(self) -> None:
         for group in self.joined:
@@ -131,9 +188,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _send_snapshot(self) -> None:
         self.last_snapshot = time.monotonic()
+        seqs = await self._seqs()  # read before the snapshot: it shows every change numbered so far
         html = await database_sync_to_async(self._snapshot_local)(self.scope["user"],
                                                                  **self.scope["url_route"]["kwargs"])
-        await self.send(text_data=html)
+        await self.send(text_data=self._mark("snapshot", seqs) + html)
 
     # --- for subclasses (run in a thread, may read the database) ---
     def groups_for(self, user, **kwargs: str) -> list[str] | None:
@@ -147,3 +205,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def render_change(self, user, event: dict, **kwargs: str) -> str:
         """The fragments ``event`` (``{"page", "id", "version", ...}``) calls for, as they are now; "" for none."""
         return ""
+
+
+def _seq_mark(event: dict) -> str:
+    """The frame's marker for one numbered group message; "" for an unnumbered one."""
+    if event.get("seq") is None or not event.get("group"):
+        return ""
+    return f'<template data-live="seq" data-live-seqs="{event["group"]}:{int(event["seq"])}"></template>'

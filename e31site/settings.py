@@ -156,6 +156,11 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Live pages converge (docs/live.md): each socket's consumer sends a heartbeat with its groups'
+# message numbers every E31_LIVE_HEARTBEAT_S, and joins its groups again every
+# E31_LIVE_GROUP_RENEW_S (at most half the group expiry), so a page open for days still hears.
+E31_LIVE_HEARTBEAT_S = env_float("E31_LIVE_HEARTBEAT_S", 15.0)
+E31_LIVE_GROUP_RENEW_S = env_float("E31_LIVE_GROUP_RENEW_S", 3600.0)
 
 # E-mail (the optional notice when a job is released): SMTP from EMAIL_HOST & co. in
 # production, the console (stdout) in standalone or when no host is set.

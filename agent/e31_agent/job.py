@@ -204,7 +204,7 @@ class JobRun:
             self._end(exit_code=None, reason="start_failed", message=str(exc), pack_outputs=False)
             return
         self.state.set_phase("running")
-        self.reporter.send("running", pid=self.process.pid)
+        self.reporter.send("running", pid=self.process.pid, elapsed_s=self.state.elapsed_s())
         log.info("%s: running, pid %d", self.ref, self.process.pid)
         self._supervise()
 
@@ -222,7 +222,7 @@ class JobRun:
         if phase == "output":
             self._start_shipper()
             self._end(exit_code=result["exit_code"], reason=result["reason"], message=result.get("message"),
-                      pack_outputs=bool(result.get("pack")), exited_queued=True)
+                      pack_outputs=bool(result.get("pack")), exited_queued=True, elapsed_s=result.get("elapsed_s"))
             return
         self.phase = "finishing"  # "finished" is queued: the spool sends it
         self.finished_sent = self.exited_sent = True
@@ -270,23 +270,33 @@ class JobRun:
         message: str | None,
         pack_outputs: bool,
         exited_queued: bool = False,
+        elapsed_s: float | None = None,
     ) -> None:
         """exited, then the log, then the bundle (when there is one), then finished.
 
         With nothing to pack, ``exited`` is not sent on its own: ``finished`` carries it
         (folded), after the log. ``exited_queued``: the run was past ``exited`` (a resumed
-        run): the report is in the spool, or (folded) goes with ``finished``.
+        run): the report is in the spool, or (folded) goes with ``finished``. Either way the
+        exit carries ``elapsed_s``, the run's length from the accept as measured here (read now,
+        or, for a resumed run, as recorded when it ended), so the server bills the run, not
+        the time the report took to get through (SPEC §4).
         """
         self.phase = "output"
+        if not exited_queued:
+            elapsed_s = self.state.elapsed_s()
         packs = pack_outputs and bool(self.assignment.spec.output_paths)
         if not packs:
             self.folded_exit = {"exit_code": exit_code, "reason": reason}
             if message:
                 self.folded_exit["message"] = message
+            if elapsed_s is not None:
+                self.folded_exit["elapsed_s"] = elapsed_s
         if not exited_queued:
-            self.state.set_result(reason=reason, exit_code=exit_code, pack=pack_outputs, message=message)
+            self.state.set_result(reason=reason, exit_code=exit_code, pack=pack_outputs, message=message,
+                                  elapsed_s=elapsed_s)
             if packs:
-                self.reporter.send("exited", exit_code=exit_code, reason=reason, message=message)
+                self.reporter.send("exited", exit_code=exit_code, reason=reason, message=message,
+                                   elapsed_s=elapsed_s)
             self.state.set_phase("output")
         self.exited_sent = True
         if self.shipper is not None:
@@ -476,7 +486,8 @@ class JobRun:
         if not self.exited_sent:
             reason = "exit" if self.process is not None else "start_failed"
             code = self.process.exit_code if self.process is not None else None
-            self.reporter.send("exited", exit_code=code, reason=reason, message="agent error")
+            self.reporter.send("exited", exit_code=code, reason=reason, message="agent error",
+                               elapsed_s=self.state.elapsed_s())
         if not self.finished_sent:
             self.reporter.send("finished", message="agent error", exited=self.folded_exit)
         self.reporter.wait_sent(60)

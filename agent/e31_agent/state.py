@@ -85,8 +85,21 @@ class RunState:
         write_json(path / "assignment.json", {
             "assignment": raw_assignment, "deadline_mono": deadline_mono,
             "deadline_wall": time.time() + left, "boot_id": boot_id(),
+            "accepted_mono": time.monotonic(), "accepted_wall": time.time(),
         })  # fmt: skip
         return state
+
+    def elapsed_s(self) -> float | None:
+        """Seconds since this agent accepted the assignment, on the monotonic clock (the wall clock
+        after a reboot); None when the state predates the field. Sent as ``elapsed_s`` (SPEC §4)."""
+        data = read_json(self.path / "assignment.json")
+        if not isinstance(data, dict) or "accepted_mono" not in data:
+            return None
+        if data.get("boot_id") and data["boot_id"] == boot_id():
+            elapsed = time.monotonic() - float(data["accepted_mono"])
+        else:
+            elapsed = time.time() - float(data["accepted_wall"])
+        return round(max(0.0, elapsed), 3)
 
     def load_assignment(self) -> Assignment:
         """The stored assignment with its deadline on this process's monotonic clock.
@@ -129,8 +142,11 @@ class RunState:
         """``{"reason", "exit_code", "pack"}`` once the run ended, else None."""
         return read_json(self.path / "result.json")
 
-    def set_result(self, *, reason: str, exit_code: int | None, pack: bool, message: str | None = None) -> None:
+    def set_result(self, *, reason: str, exit_code: int | None, pack: bool, message: str | None = None,
+                   elapsed_s: float | None = None) -> None:
         result: dict = {"reason": reason, "exit_code": exit_code, "pack": pack}
+        if elapsed_s is not None:  # measured at the end: a resumed run reports the same
+            result["elapsed_s"] = elapsed_s
         if message:  # a folded exited (sent with finished) needs it after a restart
             result["message"] = message
         write_json(self.path / "result.json", result)

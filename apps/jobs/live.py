@@ -37,6 +37,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from . import live_seq
+
 log = logging.getLogger(__name__)
 
 MESSAGE_TYPE = "live.changed"  # handled by the consumers' live_changed()
@@ -164,7 +166,7 @@ class Coalescer:
     async def offer(self, group: str, message: dict[str, Any], coalesce: bool) -> None:
         loop = asyncio.get_running_loop()
         if not coalesce:
-            await self.layer.group_send(group, message)
+            await send_numbered(self.layer, group, message)
             return
         if group in self.pending:
             self.pending[group] = merge(self.pending[group], message)
@@ -175,7 +177,7 @@ class Coalescer:
             self.last[group] = now
             if len(self.last) > 10_000:  # forget groups quiet for longer than the window
                 self.last = {g: t for g, t in self.last.items() if t > now - COALESCE_S}
-            await self.layer.group_send(group, message)
+            await send_numbered(self.layer, group, message)
             return
         self.pending[group] = message
         loop.call_later(wait, lambda: asyncio.ensure_future(self._flush(group)))
@@ -186,9 +188,23 @@ class Coalescer:
             return
         self.last[group] = asyncio.get_running_loop().time()
         try:
-            await self.layer.group_send(group, message)
+            await send_numbered(self.layer, group, message)
         except Exception:
             log.warning("could not push a live update to %s", group, exc_info=True)
+
+
+async def send_numbered(layer, group: str, message: dict[str, Any]) -> None:
+    """``group_send`` with the group's next number (``"group"``, ``"seq"``; :mod:`.live_seq`), taken
+    as it goes out (after coalescing), so the numbers a socket gets have no gap unless one was lost.
+    Without a number (the counter could not be reached) it still goes: pages then rely on the
+    consumer's heartbeat."""
+    try:
+        seq = await live_seq.counter(layer).incr(group)
+    except Exception:
+        log.warning("could not number a live update to %s", group, exc_info=True)
+    else:
+        message = {**message, "group": group, "seq": seq}
+    await layer.group_send(group, message)
 
 
 _coalescers: dict[int, Coalescer] = {}
@@ -218,7 +234,7 @@ def _offer(group: str, message: dict[str, Any], *, coalesce: bool) -> None:
         loop = _local_loop
         if loop is None or loop.is_closed():
             try:
-                async_to_sync(layer.group_send)(group, message)
+                async_to_sync(send_numbered)(layer, group, message)
             except Exception:
                 log.warning("could not push a live update to %s", group, exc_info=True)
             return

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Bundle, Upload
+from apps.metering import billing
 from apps.metering.limits import spend_limit_enforce
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
@@ -189,8 +190,9 @@ def _lease_for(node: Node, job_id: int, attempt: int) -> Lease:
     return lease
 
 
-def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
-    """Apply one report of an agent about a job it runs (docs/agent-protocol.md).
+def agent_report(*, node: Node, job_id: int, report: dict[str, Any], now: datetime | None = None) -> bool:
+    """Apply one report of an agent about a job it runs (docs/agent-protocol.md); ``now`` is its
+    arrival on the server's clock (default: now; tests give a frozen one).
 
     Returns:
         False when this (job, attempt, seq) was applied before: nothing changes.
@@ -200,7 +202,7 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any]) -> bool:
         StaleAttempt: the attempt is over on this node (answered 409).
     """
     attempt, kind = report["attempt"], report["type"]
-    now = timezone.now()
+    now = now or timezone.now()
     with transaction.atomic():
         lease = _lease_for(node, job_id, attempt)
         job = Job.objects.select_for_update().get(pk=job_id)
@@ -301,18 +303,33 @@ def _staging_seconds_set(lease: Lease, now: datetime) -> None:
     lease.staging_seconds = seconds
 
 
+def _reported_at(lease: Lease, report: dict, now: datetime, *, heartbeats: bool) -> datetime:
+    """When what ``report`` says happened, by the evidence the server saw (SPEC §4, one clock):
+    its arrival ``now``, bounded by ``rented_at`` plus the agent's measured ``elapsed_s`` and, for
+    a run's end (``heartbeats``), by the last heartbeat that listed the run plus one interval."""
+    return billing.evidenced_end(rented_at=lease.rented_at, arrived_at=now,
+                                 seen_at=lease.seen_at if heartbeats else None,
+                                 heartbeat_s=settings.E31_HEARTBEAT_S, measured_s=report.get("elapsed_s"))
+
+
 def _on_running(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    if lease.staging_seconds:  # it downloaded inputs: staging lasted until now
-        _staging_seconds_set(lease, now)
+    start = _reported_at(lease, report, now, heartbeats=False)
+    if lease.staging_seconds:  # it downloaded inputs: staging lasted until the start
+        _staging_seconds_set(lease, start)
     if job.state == JobState.RENTED:  # one rank of a multi-node job is enough
-        transition(job, JobState.RUNNING, detail=f"command started on {lease.node.name}", now=now,
+        transition(job, JobState.RUNNING, detail=f"command started on {lease.node.name}", now=start,
                    status_message="running")
 
 
 def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     reason = report.get("reason") or EndReason.EXIT
     exit_code = report.get("exit_code")
-    leases_stop(job=job, attempt=job.attempt, end=now, reason=reason)
+    # The run ended when the evidence says, not when the report got through (an outage, a
+    # report buffered on the agent's disk): SPEC §4, one clock.
+    end = _reported_at(lease, report, now, heartbeats=True)
+    if job.run_started_at is not None and lease.rented_at <= job.run_started_at <= now:
+        end = max(end, job.run_started_at)  # never ends before it started
+    leases_stop(job=job, attempt=job.attempt, end=end, reason=reason)
     for other in job.leases.filter(attempt=job.attempt, released_at__isnull=True).exclude(pk=lease.pk):
         node_wake(other.node_id)  # a gang ends as one: the other ranks are told to stop (gang_stops_for)
     if job.state in (JobState.RENTED, JobState.RUNNING):
@@ -326,7 +343,7 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
             EndReason.START_FAILED: "command could not start",
         }.get(reason, reason)
         message = str(report.get("message") or "")[:300]
-        end = min(now, job.rented_at + timedelta(seconds=job.time_limit_s))
+        end = min(end, job.rented_at + timedelta(seconds=job.time_limit_s))
         transition(job, JobState.OUTPUT, detail=words + (f": {message}" if message else ""), now=end,
                    exit_code=exit_code, end_reason=reason, status_message="packing outputs")
 

@@ -15,6 +15,27 @@ def billable_end(rented_at: datetime, run_ended_at: datetime, time_limit_s: int)
     return max(rented_at, min(run_ended_at, limit))
 
 
+def evidenced_end(*, rented_at: datetime, arrived_at: datetime, seen_at: datetime | None = None,
+                  heartbeat_s: float = 0.0, measured_s: float | None = None) -> datetime:
+    """When a run ended, by the evidence the server saw (SPEC §4, "one clock"): the earliest of
+
+    - ``arrived_at``, when the report saying it ended arrived;
+    - ``seen_at + heartbeat_s``, the last heartbeat that listed the run plus one heartbeat
+      interval (seconds), when there was one;
+    - ``rented_at + measured_s``, the run length the agent measured on its monotonic clock
+      from its accept of the assignment (staging included), when it sent one;
+
+    never before ``rented_at``. So the time a report waits on the agent's disk (a web outage,
+    a slow network) is not billed.
+    """
+    end = arrived_at
+    if seen_at is not None:
+        end = min(end, seen_at + timedelta(seconds=heartbeat_s))
+    if measured_s is not None:
+        end = min(end, rented_at + timedelta(seconds=measured_s))
+    return max(rented_at, end)
+
+
 def billed_seconds(rented_at: datetime, run_ended_at: datetime, time_limit_s: int) -> int:
     """``ceil(min(run_ended_at, rented_at + time_limit) - rented_at)`` in whole seconds.
 

@@ -47,6 +47,9 @@ class Lease(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
     run_ended_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    seen_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="The last heartbeat of the node that listed this run before its end was "
+                                             "reported: bounds the run's end (SPEC §4, one clock).")
     billed_seconds = models.PositiveIntegerField(null=True, blank=True)
     cost = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     charged = models.BooleanField(default=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.pool.models import Gpu, Node
@@ -35,6 +36,20 @@ def lease_open(*, job, node: Node, gpus: list[Gpu], node_rank: int, now: datetim
     )
     LeaseGpu.objects.bulk_create([LeaseGpu(lease=lease, gpu=gpu) for gpu in gpus])
     return lease
+
+
+def leases_seen(*, node: Node, running: list[dict[str, int]], now: datetime) -> int:
+    """A heartbeat of ``node`` listed ``running`` (``[{"job_id", "attempt"}]``) at ``now``: stamp
+    ``seen_at`` on those of its leases whose run has no end yet (the evidence that bounds the
+    end, :func:`apps.metering.billing.evidenced_end`). One UPDATE; returns the rows stamped."""
+    refs = {(r["job_id"], r["attempt"]) for r in running}
+    if not refs:
+        return 0
+    listed = Q()
+    for job_id, attempt in refs:
+        listed |= Q(job_id=job_id, attempt=attempt)
+    return Lease.objects.filter(listed, node=node, released_at__isnull=True,
+                                run_ended_at__isnull=True).update(seen_at=now)
 
 
 def _stop(lease: Lease, end: datetime, *, reason: str, charged: bool) -> None:

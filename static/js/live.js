@@ -8,7 +8,12 @@
  *     before a change, a late message, a reconnect), so the page never goes back;
  *   - appends log chunks at their byte offset, asks for a snapshot when it
  *     missed one, and keeps the tail scrolled to the end unless the user scrolled up;
- *   - adds new rows to "My jobs";
+ *   - adds new rows to "My jobs" (job and array rows), also to a list that was empty;
+ *   - converges (issue 12 item 7): every frame says which numbered group messages it
+ *     answers (<template data-live="snapshot|seq|beat" data-live-seqs="group:n ...">);
+ *     a number that never arrives (a full channel dropped it), a heartbeat naming a
+ *     number not seen, or a socket silent for longer than 2.5 heartbeats makes the
+ *     page ask for a snapshot (and, still silent, reconnect);
  *   - announces state changes (aria-live region), and when a job starts running
  *     or is released, notifies (Notification API, after consent) and marks the tab title;
  *   - reconnects after any unexpected close, and asks for a snapshot when the tab is shown again.
@@ -46,6 +51,96 @@
 
   function requestSnapshot() {
     sockets.forEach(function (s) { s.wrapper.send(JSON.stringify({ snapshot: true })); });
+  }
+
+  // --- converging: message numbers per group, heartbeats, silence -------------------
+  var GAP_WAIT_MS = 2000;    // a number may overtake another (two senders): wait this long for the missing one
+  var have = {};             // group -> highest number received with none missing before it
+  var ahead = {};            // group -> {n: true}: numbers received past a missing one
+  var told = {};             // group -> a number a heartbeat said exists
+  var gapTimer = null;
+  var beatMs = 15000;        // the server's heartbeat period (data-live-beat-s)
+  var lastHeard = Date.now();
+  var silentAsked = 0;       // when a silent socket was asked for a snapshot
+  var stats = { gaps: 0, silences: 0, snapshots: 0 };
+
+  function seqsOf(el) {
+    return (el.getAttribute("data-live-seqs") || "").split(/\s+/).filter(Boolean).map(function (pair) {
+      var at = pair.lastIndexOf(":");
+      return [pair.slice(0, at), Number(pair.slice(at + 1))];
+    });
+  }
+
+  function behind() {
+    return Object.keys(have).some(function (g) {
+      return Object.keys(ahead[g] || {}).length > 0 || (told[g] || 0) > have[g];
+    });
+  }
+
+  function checkSoon() {
+    if (gapTimer) return;
+    gapTimer = setTimeout(function () {
+      gapTimer = null;
+      if (behind()) { stats.gaps++; requestSnapshot(); }
+    }, GAP_WAIT_MS);
+  }
+
+  function numbered(el) {
+    var kind = el.getAttribute("data-live");
+    var beat = Number(el.getAttribute("data-live-beat-s"));
+    if (beat > 0) beatMs = beat * 1000;
+    if (kind === "snapshot") stats.snapshots++;
+    seqsOf(el).forEach(function (pair) {
+      var g = pair[0], n = pair[1];
+      if (kind === "snapshot" || have[g] === undefined) {  // the snapshot shows every change up to n
+        have[g] = n; ahead[g] = {}; delete told[g];
+        return;
+      }
+      if (kind === "beat") {
+        if (n < have[g]) { requestSnapshot(); return; }  // the counter started again: resynchronise
+        if (n > have[g]) { told[g] = Math.max(told[g] || 0, n); checkSoon(); }
+        return;
+      }
+      if (n <= have[g]) return;
+      if (n === have[g] + 1) {
+        have[g] = n;
+        while (ahead[g][have[g] + 1]) { delete ahead[g][have[g] + 1]; have[g]++; }
+      } else {
+        ahead[g][n] = true;
+        checkSoon();
+      }
+    });
+  }
+
+  // A socket silent for 2.5 heartbeats: ask for a snapshot; still silent a heartbeat later, reconnect.
+  setInterval(function () {
+    var open = sockets.filter(function (s) { return s.socket.readyState === 1; });
+    if (!open.length) return;
+    if (Date.now() - lastHeard < 2.5 * beatMs) { silentAsked = 0; return; }
+    if (!silentAsked) {
+      silentAsked = Date.now();
+      stats.silences++;
+      requestSnapshot();
+    } else if (Date.now() - silentAsked > beatMs) {
+      silentAsked = 0;
+      lastHeard = Date.now();
+      open.forEach(function (s) { s.socket.close(); });  // htmx:wsClose below reconnects
+    }
+  }, 1000);
+
+  function insertRow(el) {
+    var rows = document.getElementById("job-rows");
+    var accept = rows && rows.getAttribute("data-new-rows");
+    var isRow = el.id && (el.id.indexOf("job-row-") === 0 || el.id.indexOf("array-row-") === 0);
+    var state = el.getAttribute("data-job-state") || el.getAttribute("data-array-state");
+    if (!isRow || !accept || (accept !== "any" && accept !== state)) return false;
+    el.removeAttribute("hx-swap-oob");
+    rows.insertBefore(el, rows.firstElementChild);
+    // from the empty state: show the table, hide the "no jobs" card
+    var wrap = rows.closest("[hidden]");
+    if (wrap) wrap.hidden = false;
+    document.querySelectorAll("[data-live-empty]").forEach(function (card) { card.hidden = true; });
+    return true;
   }
 
   // The log box may be a column-reverse flex box (so that without JavaScript it opens at
@@ -133,18 +228,13 @@
       if (xhr) return text;  // an ordinary htmx request, not a pushed message
       var tpl = document.createElement("template");
       tpl.innerHTML = text;
+      lastHeard = Date.now();
       Array.from(tpl.content.children).forEach(function (el) {
+        if (el.hasAttribute("data-live")) { numbered(el); el.remove(); return; }
         if (el.hasAttribute("data-log-chunk")) { appendChunk(el); el.remove(); return; }
         var current = el.id && document.getElementById(el.id);
         if (!current) {
-          var rows = document.getElementById("job-rows");
-          var accept = rows && rows.getAttribute("data-new-rows");
-          if (el.id && el.id.indexOf("job-row-") === 0 && accept &&
-              (accept === "any" || accept === el.getAttribute("data-job-state"))) {
-            el.removeAttribute("hx-swap-oob");
-            rows.insertBefore(el, rows.firstElementChild);
-            return;
-          }
+          if (insertRow(el)) return;
           el.remove();  // a fragment of something this page does not show
           return;
         }
@@ -160,6 +250,8 @@
     var socket = e.detail.event.target;
     sockets = sockets.filter(function (s) { return s.socket.readyState <= 1; });
     sockets.push({ wrapper: e.detail.socketWrapper, socket: socket });
+    lastHeard = Date.now();
+    silentAsked = 0;
     document.querySelectorAll("[data-live-badge]").forEach(function (b) { b.hidden = false; });
     window.e31Live.socket = socket;
   });
@@ -212,7 +304,8 @@
     });
   });
 
-  window.e31Live = { socket: null, requestSnapshot: requestSnapshot, compare: compare, logFromTop: function () {
+  window.e31Live = { socket: null, requestSnapshot: requestSnapshot, compare: compare, stats: stats, have: have,
+                     logFromTop: function () {
     var box = document.querySelector("[data-autoscroll]");
     return box ? { fromTop: fromTop(box), toEnd: room(box) - fromTop(box) } : null;
   } };

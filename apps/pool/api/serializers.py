@@ -61,6 +61,20 @@ class HeartbeatSerializer(serializers.Serializer):
 
 
 EXIT_REASONS = ["exit", "time_limit", "cancelled", "staging_failed", "start_failed"]
+ELAPSED_MAX_S = 10**8  # seconds; far past any time limit
+
+
+def elapsed_field() -> serializers.FloatField:
+    """``elapsed_s``: seconds on the agent's monotonic clock from its accept of the assignment to
+    the moment reported (the run's end on ``exited``, its start on ``running``); SPEC §4."""
+    return serializers.FloatField(required=False, min_value=0, max_value=ELAPSED_MAX_S)
+
+
+def _finite(attrs: dict) -> dict:
+    value = attrs.get("elapsed_s")
+    if value is not None and value != value:  # NaN passes min/max checks
+        raise serializers.ValidationError({"elapsed_s": ["Must be a number of seconds."]})
+    return attrs
 
 
 class ExitedSerializer(serializers.Serializer):
@@ -69,6 +83,10 @@ class ExitedSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(allow_null=True, min_value=-255, max_value=255)
     reason = serializers.ChoiceField(choices=EXIT_REASONS)
     message = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    elapsed_s = elapsed_field()
+
+    def validate(self, attrs: dict) -> dict:
+        return _finite(attrs)
 
 
 class ReportSerializer(serializers.Serializer):
@@ -85,8 +103,10 @@ class ReportSerializer(serializers.Serializer):
     bytes_cached = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
     pid = serializers.IntegerField(max_value=INT_MAX, required=False)
     exited = ExitedSerializer(required=False)  # only on "finished": the exited it folds in
+    elapsed_s = elapsed_field()  # on "running" and "exited"
 
     def validate(self, attrs: dict) -> dict:
+        _finite(attrs)
         if "exited" in attrs:
             if attrs["type"] != "finished":
                 raise serializers.ValidationError({"exited": ["Only a finished report may carry exited."]})

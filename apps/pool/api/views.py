@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404, HttpRequest, JsonResponse
+from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
@@ -29,6 +30,7 @@ from apps.jobs.services import (
     log_append,
 )
 from apps.metering.models import Lease
+from apps.metering.services import leases_seen
 
 from ..models import Node
 from ..notify import node_group
@@ -91,6 +93,7 @@ class HeartbeatView(AgentView):
         ser.is_valid(raise_exception=True)
         node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
         if "running" in request.data:
+            leases_seen(node=self.node, running=ser.validated_data["running"], now=timezone.now())
             jobs_reconcile_heartbeat(node=self.node, running=ser.validated_data["running"],
                                      min_age_s=2 * settings.E31_HEARTBEAT_S)
         node = Node.objects.get(pk=self.node.pk)  # the state after this beat's reconciliation
