@@ -35,7 +35,9 @@ def agent(pool):
 
 
 def submit(owner, gpus=1, limit="10m"):
-    return job_submit(owner=owner, document=spec(compute={"gpus": gpus, "time_limit": limit, "gpu_model": ["H100"]}))
+    # nothing declared as output: these jobs upload no bundle, and declared outputs without one never succeed
+    return job_submit(owner=owner, document=spec(compute={"gpus": gpus, "time_limit": limit, "gpu_model": ["H100"]},
+                                                 output={"paths": []}))
 
 
 def batch(agent, *items):
