@@ -32,9 +32,11 @@ What a job's command gets (docs/SPEC.md §6, docs/security.md):
   only loopback; ``egress`` (default), the same namespace with a slirp4netns
   user-mode stack (``--disable-host-loopback``: ``10.0.2.2`` does not lead
   to the host's ``127.0.0.1``) and, in the namespace, ``unreachable``
-  routes to every address of the host and to ``--sandbox-deny`` networks
-  (default link-local ``169.254.0.0/16``, the cloud metadata service), so
-  none of the platform's services on this host is reachable;
+  routes to every address of the host, to link-local ``169.254.0.0/16``
+  (the cloud metadata service), to the private networks (``10/8``,
+  ``172.16/12``, ``192.168/16``, ``100.64/10``; unless the agent is started
+  with ``--sandbox-allow-private``) and to ``--sandbox-deny`` networks, so
+  none of the platform's services on this host or its network is reachable;
 - **the environment the agent built** (:func:`e31_agent.runner.build_env`),
   which holds no secret of the platform.
 
@@ -67,7 +69,11 @@ from typing import Any
 
 DEFAULT_SLOT_UIDS = (2310000, 2319999)
 LOCK_DIR = "/run/e31-agent/slots"
-DEFAULT_DENY = ("169.254.0.0/16",)
+METADATA_DENY = ("169.254.0.0/16",)  # link-local: the cloud metadata service
+# RFC 1918 private networks and RFC 6598 shared address space (carrier-grade NAT): the operator's
+# other hosts and services. slirp4netns's own 10.0.2.0/24 stays reachable (a more specific route).
+PRIVATE_DENY = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+DEFAULT_DENY = METADATA_DENY + PRIVATE_DENY
 NETWORKS = ("egress", "none")
 SLIRP_MTU = 65520
 SLIRP_DNS = "10.0.2.3"

@@ -102,8 +102,14 @@ def test_gpu_device_nodes_follow_the_driver_minor_of_each_leased_uuid(tmp_path):
 def test_the_command_line_takes_the_sandbox_flags():
     args = parse_args(["--server", "http://x", "--token", "t", "--slot-uids", "5000-5009", "--sandbox-deny",
                        "10.0.0.0/8", "--unsafe-no-sandbox"])
-    assert (args.slot_uids, args.sandbox_deny, args.unsafe_no_sandbox) == ((5000, 5009), ("10.0.0.0/8",), True)
-    assert parse_args(["--server", "http://x", "--token", "t"]).sandbox_deny == ("169.254.0.0/16",)
+    assert (args.slot_uids, args.unsafe_no_sandbox) == ((5000, 5009), True)
+    # the metadata service and the private networks are always denied, unless the operator opts out
+    default = ("169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+    assert args.sandbox_deny == default
+    assert parse_args(["--server", "http://x", "--token", "t"]).sandbox_deny == default == sandbox.DEFAULT_DENY
+    assert parse_args(["--server", "http://x", "--token", "t", "--sandbox-allow-private", "--sandbox-deny",
+                       "10.9.0.0/16"]).sandbox_deny == ("169.254.0.0/16", "10.9.0.0/16")
+    assert AgentConfig(server="http://x", token="t", workdir=Path("w")).sandbox_deny == sandbox.DEFAULT_DENY
     with pytest.raises(SystemExit):
         parse_args(["--server", "http://x", "--token", "t", "--slot-uids", "0-5"])
 

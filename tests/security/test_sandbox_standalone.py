@@ -28,6 +28,7 @@ import pytest
 from e31site.devstack import BASE_DIR, free_port
 from tests.e2e.test_five_steps import wait_released
 from tests.security.test_sandbox import (
+    DENIED_ROUTES,
     OUTSIDE_BODY,
     PROBE,
     bundle,
@@ -35,6 +36,7 @@ from tests.security.test_sandbox import (
     job_processes,
     outside_server,
     submit,
+    unreachable_routes,
     upload,
     wait,
 )
@@ -135,6 +137,8 @@ def test_two_tenants_probe_their_sandboxes_on_the_standalone_server(tmp_path):
         assert not any(k.startswith(("E31_NODE_TOKEN", "DATABASE_", "REDIS_", "SECRET")) for k in res["env"]), who
         assert res["cuda_visible_devices"], who
         assert res.get("allowed_url") == OUTSIDE_BODY, (who, res.get("allowed_url_error"))
+        # egress: the metadata range and the private networks are unreachable routes
+        assert set(DENIED_ROUTES) <= unreachable_routes(res["routes"]), (who, res["routes"])
     assert alice["uid"] != bob["uid"]
     assert alice["input_sha256"] == hashlib.sha256(secret_input).hexdigest()
     assert bob["input_sha256"] == hashlib.sha256(b"bob's private data").hexdigest()

@@ -34,7 +34,14 @@ from pathlib import Path
 import pytest
 
 from tests.agent.fake_server import TOKEN, FakeServer
-from tests.security.test_sandbox import OUTSIDE_BODY, PROBE, forbidden_tcp, outside_server
+from tests.security.test_sandbox import (
+    DENIED_ROUTES,
+    OUTSIDE_BODY,
+    PROBE,
+    forbidden_tcp,
+    outside_server,
+    unreachable_routes,
+)
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -161,3 +168,4 @@ def test_a_non_root_agent_seals_its_job_in_a_user_namespace(tmp_path):
     # it read its input, wrote its output (result.json came back), and egress reaches the outside only
     assert result["input_sha256"] == hashlib.sha256(secret_input).hexdigest()
     assert result.get("allowed_url") == OUTSIDE_BODY, result.get("allowed_url_error")
+    assert set(DENIED_ROUTES) <= unreachable_routes(result["routes"]), result["routes"]
