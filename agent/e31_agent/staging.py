@@ -377,7 +377,10 @@ class Stager:
             fs, path = _filesystem(item.source)
             name = source.name
             with _open(fs, path) as src, open(tmp, "wb") as out:
-                while chunk := src.read(CHUNK):
+                # read1: what one read gives, so a source that trickles (a pipe, a slow mount) is
+                # checked for a cancel after each piece, not after a whole CHUNK
+                read = getattr(src, "read1", None) or src.read
+                while chunk := read(CHUNK):
                     written += self._write(out, chunk, digest, sources)
         if item.sha256 and digest.hexdigest() != item.sha256:
             raise StagingError(
@@ -508,6 +511,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
 def _open(fs: Any, path: str) -> IO[bytes]:
     # block_size=0 streams http(s) instead of asking for ranges the server may not serve
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if {"file", "local"} & set(protocols):  # a plain open: a pipe or device reads as a stream (no seek)
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
     if {"http", "https"} & set(protocols):
         return fs.open(path, "rb", block_size=0)
     return fs.open(path, "rb")
