@@ -130,7 +130,8 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # a selector, not wait_for_function: that evaluates a string in the page, which the CSP forbids
     page.wait_for_selector(f"{logtail}[data-end]:not([data-end='0']):not([data-end=''])", state="attached")
     # Until the log overflows its box: before that, its top is its end and the page rightly follows it.
-    room = "(() => { const b = document.querySelector('[data-autoscroll]'); return b.scrollHeight - b.clientHeight; })()"
+    room = ("(() => { const b = document.querySelector('[data-autoscroll]');"
+            " return b.scrollHeight - b.clientHeight; })()")
     deadline = time.monotonic() + 60
     while page.evaluate(room) < 100 and time.monotonic() < deadline:
         time.sleep(0.2)
