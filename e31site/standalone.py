@@ -5,7 +5,8 @@ WebSockets (uvicorn), runs Celery tasks eagerly (no broker), runs scheduling
 cycles in a coalescing loop of its own (:class:`apps.pool.cycle_loop.CycleLoop`:
 what Celery and the Redis flag do in production; a request only asks for a
 cycle, never runs one) and the periodic work (node watch, a cycle) on a timer; two agents with
-simulated GPUs run as child processes, each in its own work dir. Ctrl-C
+simulated GPUs run as child processes, each in its own work dir; one that dies is
+started again on the same work dir and token (:class:`LocalAgents`). Ctrl-C
 stops the server, then the agents (which stop their jobs), and waits for
 them, so nothing is left behind.
 """
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,18 +111,26 @@ def periodic_work() -> None:
 class Beat(threading.Thread):
     """Runs :func:`periodic_work` every ``period`` seconds in this thread (its own database
     connection; pushes reach the in-memory channel layer through the server's loop,
-    :func:`apps.jobs.live.set_local_loop`)."""
+    :func:`apps.jobs.live.set_local_loop`), and starts again a local agent that died
+    (:meth:`LocalAgents.check`)."""
 
     def __init__(self, period: float):
         super().__init__(name="e31-beat", daemon=True)
         self.period = period
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopped = threading.Event()
+        self.agents: LocalAgents | None = None
 
     def run(self) -> None:
         while not self.stopped.wait(self.period):
             if self.loop is None:
                 continue
+            if self.agents is not None:
+                try:
+                    for name in self.agents.check():
+                        print(f"  agent {name} died; started it again", flush=True)
+                except Exception:
+                    log.exception("agent watch failed")
             try:
                 periodic_work()
             except Exception:
@@ -129,22 +139,84 @@ class Beat(threading.Thread):
 
 def start_agents(url: str, agents: tuple[LocalAgent, ...]) -> list[subprocess.Popen]:
     """Issue a fresh token per node and start ``e31-agent`` for each, logging to var/agents/<name>.log."""
-    from apps.pool.services import node_token_issue
+    return LocalAgents(url, agents).start()
 
-    procs = []
-    for agent in agents:
+
+class LocalAgents:
+    """The local agents of ``make run``, watched: one that dies (a crash, ``kill -9``) is started
+    again on its work dir and token, so it takes its running jobs up again (SPEC §6); a stop
+    (:meth:`stop`) is final.
+
+    :meth:`check` runs on the beat thread; a restart waits ``RESTART_MIN_S`` doubling up to
+    ``RESTART_MAX_S`` while an agent keeps dying at once.
+    """
+
+    RESTART_MIN_S = 1.0
+    RESTART_MAX_S = 60.0
+
+    def __init__(self, url: str, agents: tuple[LocalAgent, ...]):
+        self.url = url
+        self.agents = agents
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.tokens: dict[str, str] = {}
+        self.restarts: dict[str, int] = {}
+        self._next_try: dict[str, float] = {}
+        self._delay: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def start(self) -> list[subprocess.Popen]:
+        """Issue a fresh token per node and start each agent. Returns the processes."""
+        from apps.pool.services import node_token_issue
+
+        with self._lock:
+            for agent in self.agents:
+                self.tokens[agent.name] = node_token_issue(name=agent.name)
+                self.procs[agent.name] = self._spawn(agent)
+            return list(self.procs.values())
+
+    def _spawn(self, agent: LocalAgent) -> subprocess.Popen:
         workdir = Path(settings.VAR_DIR) / "agents" / agent.name
         workdir.mkdir(parents=True, exist_ok=True)
-        token = node_token_issue(name=agent.name)
         logfile = open(workdir / "agent.log", "ab")  # noqa: SIM115 - kept open for the child's life
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "SECRET_"))}
-        env["E31_NODE_TOKEN"] = token
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "e31_agent.cli", "--server", url, "--simulate", agent.simulate,
+        env["E31_NODE_TOKEN"] = self.tokens[agent.name]
+        return subprocess.Popen(
+            [sys.executable, "-m", "e31_agent.cli", "--server", self.url, "--simulate", agent.simulate,
              "--workdir", str(workdir)],
             stdout=logfile, stderr=subprocess.STDOUT, env=env,
-        ))
-    return procs
+        )
+
+    def check(self, now: float | None = None) -> list[str]:
+        """Start again each agent that died. Returns the names of those started again."""
+        now = time.monotonic() if now is None else now
+        started = []
+        with self._lock:
+            for agent in self.agents:
+                proc = self.procs.get(agent.name)
+                if self._stopping or proc is None or proc.poll() is None:
+                    continue
+                if now < self._next_try.get(agent.name, 0.0):
+                    continue
+                delay = self._delay.get(agent.name, self.RESTART_MIN_S)
+                log.warning("agent %s exited with status %s; starting it again (logs in var/agents/%s/agent.log)",
+                            agent.name, proc.returncode, agent.name)
+                self.procs[agent.name] = self._spawn(agent)
+                self.restarts[agent.name] = self.restarts.get(agent.name, 0) + 1
+                self._next_try[agent.name] = now + delay
+                self._delay[agent.name] = min(self.RESTART_MAX_S, delay * 2)
+                started.append(agent.name)
+            for agent in self.agents:  # one that stayed up a while is back to the short delay
+                if agent.name not in started and now >= self._next_try.get(agent.name, 0.0) + self.RESTART_MAX_S:
+                    self._delay.pop(agent.name, None)
+        return started
+
+    def stop(self, timeout: float = 45.0) -> None:
+        """Stop watching, then stop every agent (:func:`stop_agents`)."""
+        with self._lock:
+            self._stopping = True
+            procs = list(self.procs.values())
+        stop_agents(procs, timeout)
 
 
 def stop_agents(procs: list[subprocess.Popen], timeout: float = 45.0) -> None:
@@ -177,14 +249,15 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     user, password = demo_account()
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
     cycles = CycleLoop()
-    procs: list[subprocess.Popen] = []
+    local_agents = LocalAgents(url, agents)
 
     async def ready() -> None:
+        await sync_to_async(local_agents.start)()  # database calls: not on the loop
+        beat.agents = local_agents  # watched from the beat thread: one that dies is started again
         beat.loop = asyncio.get_running_loop()
         set_local_loop(beat.loop)  # before the first push or cycle
         set_runner(cycles.wake)
         cycles.start()
-        procs.extend(await sync_to_async(start_agents)(url, agents))  # database calls: not on the loop
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
@@ -209,5 +282,5 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
         beat.stopped.set()
         cycles.stop()
         print("  stopping agents...", flush=True)
-        stop_agents(procs)
+        local_agents.stop()
         print("  stopped.", flush=True)

@@ -6,10 +6,13 @@ tensor in the sandbox; the script checks that it is not root and sees exactly th
 On a host with several GPUs the job leases one and must see that one only.
 Run on a machine with an NVIDIA GPU, PyTorch in the venv, and bubblewrap and slirp4netns:
 
-    .venv/bin/python scripts/gpu_smoke.py        # or scripts/gpu_smoke.sh
+    scripts/gpu_smoke.sh        # checks the driver, PyTorch and the sandbox tools first
 
-It prints the agent's inventory and GPU health, the job's log, its bundle's manifest and lease,
-and exits non-zero when a step fails. Everything lives in a temporary var dir (SQLite).
+It prints the agent's inventory and GPU health, the job's log, its bundle's manifest and lease.
+Exit status: 0 "SMOKE OK"; 1 a step failed ("SMOKE FAILED: ...", with the tail of the agent's
+log); 2 this host has no GPU that NVML can see. The standalone site's two simulated agents are
+drained, so the job can only run on the real GPU's node. Everything lives in a temporary var dir
+(SQLite).
 """
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ sys.path.insert(0, str(BASE_DIR / "agent"))
 
 from e31_agent.inventory import collect, gpu_health  # noqa: E402
 
+sys.path.insert(0, str(BASE_DIR))
+from e31site.devstack import free_port  # noqa: E402
+
 JOB = """
 import glob, json, os, subprocess, torch
 smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
@@ -45,7 +51,8 @@ torch.cuda.synchronize(); dt = time.perf_counter() - t
 tflops = 20 * 2 * 4096**3 / dt / 1e12
 info = {"device": torch.cuda.get_device_name(0), "visible": __import__("os").environ["CUDA_VISIBLE_DEVICES"],
         "tflops_fp32": round(tflops, 1), "checksum": float(c.sum()), "uid": os.getuid(),
-        "nvidia_smi": smi.stdout.strip().splitlines(), "dev_nodes": sorted(glob.glob("/dev/nvidia[0-9]*")),
+        "nvidia_smi": [l for l in smi.stdout.splitlines() if l.startswith("GPU ")],
+        "dev_nodes": sorted(glob.glob("/dev/nvidia[0-9]*")),
         "device_count": torch.cuda.device_count()}
 print(json.dumps(info)); json.dump(info, open("result.json", "w"))
 """
@@ -56,16 +63,25 @@ def manage(env: dict[str, str], *args: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+DRAIN_OTHERS = ("from apps.pool.models import Node; from apps.pool.services import node_set_drain; "
+                "[node_set_drain(node=n, drain=True) for n in Node.objects.exclude(name='gpu-real')]; "
+                "print(Node.objects.filter(name='gpu-real', drain=False).count())")
+
+
 def main() -> int:
     var = Path(tempfile.mkdtemp(prefix="e31-gpu-smoke-"))
-    inventory = collect(workdir=var, simulate=None)
+    try:
+        inventory = collect(workdir=var, simulate=None)
+    except Exception as exc:  # NVML missing or broken: say so, not a traceback
+        print(f"gpu_smoke: GPU discovery failed: {exc!r}", file=sys.stderr)
+        return 2
     print("inventory:", json.dumps([g.__dict__ for g in inventory.gpus]))
     print("health:", json.dumps(gpu_health(inventory)))
     if not inventory.gpus:
-        print("no GPU found through NVML", file=sys.stderr)
-        return 1
+        print("gpu_smoke: no GPU found through NVML (no NVIDIA GPU, driver or libnvidia-ml here)", file=sys.stderr)
+        return 2
     model = inventory.gpus[0].model
-    port = 18000 + os.getpid() % 1000
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "E31_CELERY_EAGER")}
     env.update(E31_VAR_DIR=str(var), E31_PORT=str(port), E31_DEMO_PASSWORD="gpu-smoke-pw", PYTHONUNBUFFERED="1")
     manage(env, "migrate", "--noinput")
@@ -88,6 +104,12 @@ def main() -> int:
                                  stdout=open(var / "gpu-agent.log", "wb"), stderr=subprocess.STDOUT)
         api = httpx.Client(base_url=url, timeout=30,
                            headers={"Authorization": f"Token {manage(env, 'issue_token', 'demo')}"})
+        deadline = time.monotonic() + 60
+        while manage(env, "shell", "-c", DRAIN_OTHERS).splitlines()[-1:] != ["1"]:  # the real node is up
+            if agent.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("the GPU agent did not register (see gpu-agent.log)")
+            time.sleep(1)
+        manage(env, "shell", "-c", DRAIN_OTHERS)  # the simulated agents may have registered since
         doc = {"name": "gpu-smoke", "work": {"command": f"python - <<'PY'\n{JOB}\nPY", "network": "none"},
                "compute": {"gpus": 1, "gpu_model": [model], "time_limit": "10m"},
                "output": {"paths": ["result.json"]}}
@@ -118,6 +140,13 @@ def main() -> int:
         assert len(result["nvidia_smi"]) == 1 and result["visible"] in result["nvidia_smi"][0], result
         print("SMOKE OK:", json.dumps(result))
         return 0
+    except (AssertionError, httpx.HTTPError, subprocess.CalledProcessError, KeyError) as exc:
+        print(f"SMOKE FAILED: {exc!r}", file=sys.stderr)
+        for log in ("gpu-agent.log", "site.log"):
+            path = var / log
+            if path.exists():
+                print(f"--- {log} (tail) ---\n" + path.read_text(errors="replace")[-3000:], file=sys.stderr)
+        return 1
     finally:
         for proc in (agent, site):
             if proc is not None and proc.poll() is None:

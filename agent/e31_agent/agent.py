@@ -16,6 +16,14 @@ heartbeats' ``running`` lists, so the server requeues it like a node loss
 (not charged). A resumed run the server no longer lists at register (it
 declared the node down meanwhile) is killed and dropped at once. When a
 heartbeat answers ``"state": "down"`` the agent registers again.
+
+Fencing (SPEC §6): an attempt the agent holds and the server has ended
+comes back in the heartbeat's (and the work answer's) ``cancel`` list until
+the agent stops listing it. An agent that has not reached the server for
+the node-loss timeout (sent at register) stops its runs itself, and so does
+each job's shim when the agent has not (``agent.beat``, touched on every
+answer from the server, is older than that timeout): an agent killed or
+frozen leaves no ghost run once the server has given its GPUs up.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import random
 import stat
 import sys
 import threading
+import time
 from collections import deque
 from typing import IO, Any
 
@@ -133,6 +142,7 @@ class Agent:
             log.info("jobs run sandboxed (%s)", f"slot uids {config.slot_uids[0]}-{config.slot_uids[1]}"
                      if self.sandbox.slots else "a user namespace of this user")
         self.cgroups: JobCgroups | None = None  # set up in run(), before any thread starts
+        self._last_reached = time.monotonic()  # the last answer from the server (monotonic s)
 
     # -- public ------------------------------------------------------------
 
@@ -162,6 +172,7 @@ class Agent:
             except ApiError as exc:
                 raise RegistrationRefused(str(exc)) from None
             reg = self.registration
+            self._reached_server()
             log.info(
                 "registered as node %s (heartbeat every %.1f s, poll wait %.0f s)",
                 reg.node,
@@ -210,6 +221,7 @@ class Agent:
                 self.stop_event.wait(delay)
                 continue
             backoff.reset()
+            self._reached_server()
             try:
                 self._take(answer)
             except Exception:
@@ -229,11 +241,39 @@ class Agent:
                 answer = self.client.heartbeat(self.running(), health=self._health())
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+                self._stop_runs_if_cut_off()
             else:
+                self._reached_server()
                 self._cancel(answer.cancel)
                 if answer.state == "down":
                     self._register_again()
             self.stop_event.wait(interval)
+
+    @property
+    def beat_path(self):
+        """A file whose mtime is when this agent last reached the server; each job's shim reads it
+        and stops its run when it is older than the node-loss timeout (an agent dead, frozen or cut off)."""
+        return self.workdir.root / "agent.beat"
+
+    def _reached_server(self) -> None:
+        self._last_reached = time.monotonic()
+        try:
+            self.beat_path.touch()
+        except OSError as exc:
+            log.warning("cannot touch %s: %s", self.beat_path, exc)
+
+    def _stop_runs_if_cut_off(self) -> None:
+        """No word from the server for the node-loss timeout: the server has declared this node
+        down and requeued its jobs, so stop them here (as slurmd does on a node marked down)."""
+        loss = self.registration.node_loss_timeout_s if self.registration else None
+        if not loss or time.monotonic() - self._last_reached < loss:
+            return
+        with self._lock:
+            runs = [run for run in self.jobs.values() if not run.done and not run.drop_event.is_set()]
+        for run in runs:
+            log.warning("%s: the server has not answered for %.0f s (node-loss timeout %.0f s); stopping it",
+                        run.ref, time.monotonic() - self._last_reached, loss)
+            run.drop()
 
     def _health(self) -> dict[str, Any] | None:
         try:
@@ -289,7 +329,8 @@ class Agent:
             "keep_files": self.config.keep_files,
             "shutdown_grace_s": self.config.shutdown_grace_s,
             # RLIMIT_AS breaks CUDA (it maps far more address space than it uses): simulated nodes only
-            "limits": {"nofile": self.config.job_nofile, "memory": not real_gpus},
+            "limits": {"nofile": self.config.job_nofile, "memory": not real_gpus, "beat_path": self.beat_path,
+                       "loss_timeout_s": self.registration.node_loss_timeout_s if self.registration else None},
             "job_user": self.job_user,
             "cgroups": self.cgroups,
             "sandbox": self.sandbox,

@@ -1,7 +1,8 @@
 """``e31-agent``: the command line.
 
     e31-agent --server URL --token-file FILE [--simulate 4xH100-80GB] [--workdir DIR]
-              [--slot-uids FIRST-LAST] [--sandbox-deny CIDR]... [--unsafe-no-sandbox [--job-user USER]]
+              [--slot-uids FIRST-LAST] [--sandbox-deny CIDR]... [--sandbox-allow-private]
+              [--unsafe-no-sandbox [--job-user USER]]
 
 Every job attempt runs in a sandbox of its own (:mod:`e31_agent.sandbox`:
 bubblewrap, slirp4netns); the agent refuses to start where it cannot build
@@ -37,6 +38,7 @@ from .inventory import SimulateError, parse_simulate
 from .netguard import AddressPolicy
 from .node_inputs import FileRootError, check_file_roots
 from .packer import OutputLimits
+from .sandbox import DEFAULT_DENY, METADATA_DENY
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -77,8 +79,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=None,
         metavar="CIDR",
-        help="a network jobs with network: egress must not reach (repeatable; default 169.254.0.0/16, the"
-        " cloud metadata service; this host's own addresses are always denied)",
+        help="a further network jobs with network: egress must not reach (repeatable; always denied: this"
+        " host's own addresses, 169.254.0.0/16 (the cloud metadata service) and, unless"
+        " --sandbox-allow-private, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10)",
+    )
+    parser.add_argument(
+        "--sandbox-allow-private",
+        action="store_true",
+        help="let jobs with network: egress reach private networks (10/8, 172.16/12, 192.168/16, 100.64/10),"
+        " e.g. a data server of the operator's; this host's addresses and 169.254/16 stay denied",
     )
     parser.add_argument(
         "--simulate",
@@ -165,7 +174,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.slot_uids = (first, last)
     except ValueError:
         parser.error("--slot-uids: must be FIRST-LAST, uids above 0, e.g. 2310000-2319999")
-    args.sandbox_deny = tuple(args.sandbox_deny) if args.sandbox_deny is not None else ("169.254.0.0/16",)
+    base = METADATA_DENY if args.sandbox_allow_private else DEFAULT_DENY
+    args.sandbox_deny = tuple(dict.fromkeys([*base, *(args.sandbox_deny or [])]))
     try:
         AddressPolicy.parse(args.allow_host)
     except ValueError as exc:

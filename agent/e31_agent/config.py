@@ -89,4 +89,6 @@ class AgentConfig:
     retry_max_s: float = 30.0  # longest backoff between retries of a call (protocol: 30 s)
     unsafe_no_sandbox: bool = False  # jobs without the tenant sandbox (e31_agent.sandbox); the server marks the node
     slot_uids: tuple[int, int] = (2310000, 2319999)  # slot users' uids (agent as root), inclusive
-    sandbox_deny: tuple[str, ...] = ("169.254.0.0/16",)  # networks no job may reach (besides this host's addresses)
+    # networks no job may reach (besides this host's addresses): sandbox.DEFAULT_DENY, metadata and private
+    sandbox_deny: tuple[str, ...] = ("169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                     "100.64.0.0/10")

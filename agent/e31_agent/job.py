@@ -44,7 +44,7 @@ from .uploader import UploadError, upload_bundle
 log = logging.getLogger(__name__)
 
 STAGING_REPORT_EVERY_S = 1.0
-BACKSTOP_S = 5.0  # the shim stops a run this long after deadline + grace, if the agent has not
+BACKSTOP_S = 1.0  # the shim sends its SIGTERM this long after the agent's (SIGKILL 1 s past the deadline)
 
 
 class _Dropped(Exception):
@@ -250,7 +250,7 @@ class JobRun:
         grace = a.grace_s
         result = supervise(
             self.process,
-            deadline=a.deadline,
+            deadline=a.term_at,  # SIGTERM grace_s early: SIGKILL lands at the deadline
             cancel=self.cancel_event,
             drop=self.drop_event,
             grace_s=grace,
@@ -499,7 +499,7 @@ class JobRun:
             return "dropped"
         if self.cancel_event.is_set():
             return "cancelled"
-        if time.monotonic() >= self.assignment.deadline:
+        if time.monotonic() >= self.assignment.term_at:
             return "time_limit"
         return None
 
@@ -558,7 +558,10 @@ def job_limits(
     than it touches); ``nofile``: the node's ``RLIMIT_NOFILE`` for jobs;
     ``uid``/``gid``: the unprivileged user when the agent is root;
     ``stop_at`` (epoch s) and ``grace_s``: the shim stops the run itself
-    ``BACKSTOP_S`` after the agent should have (a frozen or dead agent).
+    ``BACKSTOP_S`` after the agent should have (a frozen or dead agent): SIGTERM at
+    ``deadline - grace_s + BACKSTOP_S``, SIGKILL ``BACKSTOP_S`` past the deadline;
+    ``beat_path`` and ``loss_timeout_s`` when given: the shim stops the run when the
+    agent has not heard from the server for the node-loss timeout (see the shim).
     """
     import os
 
@@ -578,7 +581,10 @@ def job_limits(
         limits["nofile"] = int(node_limits["nofile"])
     if job_user is not None:
         limits["uid"], limits["gid"] = job_user
+    if node_limits.get("beat_path") and node_limits.get("loss_timeout_s"):
+        limits["beat_path"] = str(node_limits["beat_path"])
+        limits["loss_timeout_s"] = float(node_limits["loss_timeout_s"])
     # the shim's own backstop: a few seconds after the agent would have stopped the run
-    limits["stop_at"] = time.time() + (assignment.deadline - time.monotonic()) + assignment.grace_s + BACKSTOP_S
+    limits["stop_at"] = time.time() + (assignment.term_at - time.monotonic()) + BACKSTOP_S
     limits["grace_s"] = assignment.grace_s
     return limits

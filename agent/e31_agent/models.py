@@ -66,14 +66,19 @@ class RegisterAnswer:
     heartbeat_interval_s: float
     poll_wait_s: float
     running: list[JobRef]
+    # the server declares a node down after this long without a heartbeat; an agent that cannot
+    # reach the server (and a job shim that cannot hear its agent) that long stops its runs
+    node_loss_timeout_s: float | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RegisterAnswer:
+        loss = data.get("node_loss_timeout_s")
         return cls(
             node=str(data.get("node", "")),
             heartbeat_interval_s=float(data.get("heartbeat_interval_s") or 10),
             poll_wait_s=float(data.get("poll_wait_s") or 20),
             running=[JobRef.from_json(r) for r in data.get("running") or []],
+            node_loss_timeout_s=float(loss) if loss else None,
         )
 
 
@@ -145,7 +150,9 @@ class Assignment:
 
     ``deadline`` is on this process's ``time.monotonic()`` clock: the moment
     the answer arrived plus ``deadline_in_s``, so the agent's wall clock never
-    matters. ``grace_s`` is the SIGTERM-to-SIGKILL delay in seconds.
+    matters. ``grace_s`` is the SIGTERM-to-SIGKILL delay in seconds; it sits
+    inside the limit (at most 10 % of ``time_limit_s``), and the run gets its
+    SIGTERM at :attr:`term_at`, so SIGKILL lands at the deadline.
     """
 
     job_id: int
@@ -167,6 +174,12 @@ class Assignment:
     def ref(self) -> JobRef:
         return JobRef(self.job_id, self.attempt)
 
+    @property
+    def term_at(self) -> float:
+        """When the run gets SIGTERM at its time limit (monotonic s): ``grace_s`` before the
+        deadline, so the hold never passes ``rented_at + time_limit``."""
+        return self.deadline - self.grace_s
+
     @classmethod
     def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> Assignment:
         received = time.monotonic() if received_at is None else received_at
@@ -181,7 +194,7 @@ class Assignment:
             gpu_indices=[int(g["index"]) for g in data.get("gpus") or []],
             time_limit_s=time_limit,
             deadline=received + float(time_limit if deadline_in is None else deadline_in),
-            grace_s=float(data.get("grace_s", 30)),
+            grace_s=grace_inside(float(data.get("grace_s", 30)), time_limit),
             env=_assignment_env(data),
             spec=JobSpec.from_json(data["spec"]),
             gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
@@ -190,6 +203,12 @@ class Assignment:
             raw=dict(data),
             output_max_bytes=int(data["output_max_bytes"]) if data.get("output_max_bytes") else None,
         )
+
+
+def grace_inside(grace_s: float, time_limit_s: float) -> float:
+    """The SIGTERM-to-SIGKILL grace, inside the limit: at most 10 % of ``time_limit_s``
+    (an older server sends the configured grace as it is)."""
+    return min(grace_s, 0.1 * time_limit_s) if time_limit_s > 0 else grace_s
 
 
 def _assignment_env(data: dict[str, Any]) -> dict[str, str]:

@@ -30,11 +30,15 @@ What a job's command gets (docs/SPEC.md §6, docs/security.md):
   control nodes CUDA needs), ``CUDA_VISIBLE_DEVICES`` as before;
 - **the network of ``work.network``**: ``none``, a network namespace with
   only loopback; ``egress`` (default), the same namespace with a slirp4netns
-  user-mode stack (``--disable-host-loopback``: ``10.0.2.2`` does not lead
+  user-mode stack run as the slot user (where ``/dev/net/tun`` is 0600, with a
+  TUN node of that user's own: :func:`_private_tun`)
+  (``--disable-host-loopback``: ``10.0.2.2`` does not lead
   to the host's ``127.0.0.1``) and, in the namespace, ``unreachable``
-  routes to every address of the host and to ``--sandbox-deny`` networks
-  (default link-local ``169.254.0.0/16``, the cloud metadata service), so
-  none of the platform's services on this host is reachable;
+  routes to every address of the host, to link-local ``169.254.0.0/16``
+  (the cloud metadata service), to the private networks (``10/8``,
+  ``172.16/12``, ``192.168/16``, ``100.64/10``; unless the agent is started
+  with ``--sandbox-allow-private``) and to ``--sandbox-deny`` networks, so
+  none of the platform's services on this host or its network is reachable;
 - **the environment the agent built** (:func:`e31_agent.runner.build_env`),
   which holds no secret of the platform.
 
@@ -67,7 +71,11 @@ from typing import Any
 
 DEFAULT_SLOT_UIDS = (2310000, 2319999)
 LOCK_DIR = "/run/e31-agent/slots"
-DEFAULT_DENY = ("169.254.0.0/16",)
+METADATA_DENY = ("169.254.0.0/16",)  # link-local: the cloud metadata service
+# RFC 1918 private networks and RFC 6598 shared address space (carrier-grade NAT): the operator's
+# other hosts and services. slirp4netns's own 10.0.2.0/24 stays reachable (a more specific route).
+PRIVATE_DENY = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+DEFAULT_DENY = METADATA_DENY + PRIVATE_DENY
 NETWORKS = ("egress", "none")
 SLIRP_MTU = 65520
 SLIRP_DNS = "10.0.2.3"
@@ -321,23 +329,39 @@ class Prepared:
             self.info_r = self.block_w = None
 
     def _slirp(self, pid: int, timeout_s: float) -> subprocess.Popen:
+        # as the slot user where it may open /dev/net/tun (0666 on most hosts); where the node is
+        # 0600, as the slot user too, with a TUN node of its own (_private_tun), and as root only if
+        # that cannot be made; with a seccomp filter. Not --enable-sandbox: started as root by several
+        # shims at once it fails now and then ("setegid(0)"), and a job must not fail to start for that
+        as_slot = self.uid is None or _slot_may_open_tun()
+        if not as_slot:
+            try:
+                return self._slirp_run(pid, timeout_s, as_slot=False, own_tun=True)
+            except (OSError, subprocess.SubprocessError):
+                pass  # no private TUN node here (no mknod, a device cgroup...): as root, as before
+        return self._slirp_run(pid, timeout_s, as_slot=as_slot, own_tun=False)
+
+    def _slirp_run(self, pid: int, timeout_s: float, *, as_slot: bool, own_tun: bool) -> subprocess.Popen:
+        """Start slirp4netns for the sandbox of ``pid``: as the slot user (``as_slot``: through
+        Popen; ``own_tun``: in a private mount namespace with a TUN node it owns), else as root."""
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()  # slirp4netns ends when the shim (which holds exit_w) goes
         os.set_inheritable(exit_w, False)
-        # as the slot user where it may open /dev/net/tun (0666 on most hosts), else as root; with a
-        # seccomp filter. Not --enable-sandbox: started as root by several shims at once it fails now
-        # and then ("setegid(0)"), and a job must not fail to start for that
-        as_slot = self.uid is None or _slot_may_open_tun()
         argv = [self.plan["slirp4netns"], "--configure", f"--mtu={SLIRP_MTU}", "--disable-host-loopback",
                 f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", "--enable-seccomp"]
         # the user namespace that owns the sandbox's network namespace: not /proc/PID/ns/user, which
         # bubblewrap replaces by a nested one (--disable-userns), from which the network could not be joined
         owner_fd = _owner_userns(pid)
         argv += [f"--userns-path=/proc/self/fd/{owner_fd}", str(pid), "tap0"]
+        preexec = self._tun_preexec() if own_tun else self.preexec()
         try:
             proc = subprocess.Popen(argv, pass_fds=(ready_w, exit_r, owner_fd), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"},
-                                    preexec_fn=self.preexec(), **(self.popen_user() if as_slot else {}))
+                                    preexec_fn=preexec, **(self.popen_user() if as_slot else {}))
+        except BaseException:
+            _close(ready_r)
+            _close(exit_w)
+            raise
         finally:
             _close(ready_w)
             _close(exit_r)
@@ -350,9 +374,27 @@ class Prepared:
             _close(ready_r)
         if got != b"1":
             proc.kill()
+            _close(exit_w)
+            self._slirp_exit_w = None
             err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            proc.wait()
             raise OSError(f"slirp4netns did not start: {err[-600:] if err else 'no word'}")
         return proc
+
+    def _tun_preexec(self) -> Any:
+        """A ``preexec_fn`` for slirp4netns where ``/dev/net/tun`` is closed to the slot user:
+        a TUN node of the slot user's own over it (:func:`_private_tun`), then the switch to the
+        slot user, then :meth:`preexec`'s ``no_new_privs``."""
+        uid, gid, rest = self.uid, self.gid, self.preexec()
+
+        def apply() -> None:
+            _private_tun(uid, gid)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            rest()
+
+        return apply
 
     def _nsenter(self, pid: int) -> tuple[list[str], list[int]]:
         """``nsenter`` into the sandbox's network namespace (through the user namespace that owns
@@ -448,6 +490,31 @@ def _slot_may_open_tun(path: str = "/dev/net/tun") -> bool:
         return os.stat(path).st_mode & 0o006 == 0o006
     except OSError:
         return False
+
+
+def _private_tun(uid: int, gid: int, path: str = "/dev/net/tun") -> None:
+    """In the (root) child about to become slirp4netns: a private mount namespace in which
+    ``path`` is a TUN device node (same device numbers) owned by ``uid``:``gid``, mode 0600,
+    on a tmpfs at :data:`STAGE_DIR`; the host's node and its mode are left as they are.
+    Raises ``OSError``."""
+    import ctypes
+    import stat
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    rdev = os.stat(path).st_rdev
+    check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    check(libc.mount(b"tmpfs", STAGE_DIR.encode(), b"tmpfs", MS_NOSUID, b"mode=0755"), "tmpfs")  # devices allowed
+    node = f"{STAGE_DIR}/tun"
+    os.mknod(node, 0o600 | stat.S_IFCHR, rdev)
+    os.chown(node, uid, gid)
+    check(libc.mount(node.encode(), path.encode(), None, MS_BIND, None), f"bind {path}")
 
 
 def _read_info(fd: int, timeout_s: float) -> dict[str, Any]:

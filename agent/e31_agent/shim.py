@@ -30,10 +30,15 @@ the shim again when it starts and takes the job up where it was
 5. exits once it has no child left. Processes the shell left behind keep
    it alive until the agent stops them (SIGTERM, grace, SIGKILL).
 
-The agent enforces the time limit; the shim's ``stop_at`` (the deadline
-plus a few seconds) is the backstop for an agent that is frozen or dead:
-then the shim sends SIGTERM to the job's group and its descendants, SIGKILL
-after ``grace_s``, and records ``"stopped": "time_limit"`` in ``exit.json``.
+The agent enforces the time limit; the shim's ``stop_at`` (the agent's
+SIGTERM time plus a second) is the backstop for an agent that is frozen or
+dead: then the shim sends SIGTERM to the job's group and its descendants,
+SIGKILL after ``grace_s``, and records ``"stopped": "time_limit"`` in
+``exit.json``. With ``beat_path`` and ``loss_timeout_s`` the shim also stops
+the job (``"stopped": "agent_lost"``) once that file's mtime (the agent
+touches it on every answer from the server) is older than the node-loss
+timeout: the server has then declared the node down and requeued the job,
+so the run must not go on as a ghost (SPEC §6, fencing).
 
 The shim holds no secret: its own environment is a bare ``PATH`` and
 ``PYTHONPATH``; the job's environment is in ``launch.json`` (mode 0600).
@@ -124,11 +129,44 @@ def _signal_all(pgid: int, sig: int) -> None:
             pass
 
 
-def _backstop(stop_at: float, grace_s: float, pgid: int, stopped: threading.Event) -> None:
+def _backstop(stop_at: float, grace_s: float, pgid: int, stopped: dict[str, str]) -> None:
     """At ``stop_at`` (epoch s), stop the whole job: SIGTERM, ``grace_s``, SIGKILL until none is left."""
     while time.time() < stop_at:
         time.sleep(min(1.0, max(0.01, stop_at - time.time())))
-    stopped.set()
+    _stop_all("time_limit", grace_s, pgid, stopped)
+
+
+def _beat_age(beat_path: str, since: float) -> float:
+    """Seconds since the agent last reached the server (the mtime of ``beat_path``; ``since``,
+    the shim's start, when the file is missing or older)."""
+    try:
+        last = max(os.stat(beat_path).st_mtime, since)
+    except OSError:
+        last = since
+    return time.time() - last
+
+
+def _orphan_watch(beat_path: str, loss_timeout_s: float, grace_s: float, pgid: int,
+                  stopped: dict[str, str]) -> None:
+    """Stop the whole job once the agent has not reached the server for ``loss_timeout_s``: the
+    server then declares the node down and gives the job's GPUs up, so the run must not go on
+    (the agent is dead, frozen, or cut off from the server)."""
+    since = time.time()
+    while _beat_age(beat_path, since) < loss_timeout_s:
+        time.sleep(min(1.0, max(0.05, loss_timeout_s - _beat_age(beat_path, since))))
+    print(f"no word from the agent for {loss_timeout_s:.0f} s (the node-loss timeout): stopping the job",
+          flush=True)
+    _stop_all("agent_lost", grace_s, pgid, stopped)
+
+
+_stop_lock = threading.Lock()
+
+
+def _stop_all(reason: str, grace_s: float, pgid: int, stopped: dict[str, str]) -> None:
+    """SIGTERM the job's group and descendants, SIGKILL after ``grace_s`` until none is left;
+    ``stopped["reason"]`` says why (the first stop wins)."""
+    with _stop_lock:
+        stopped.setdefault("reason", reason)
     _signal_all(pgid, signal.SIGTERM)
     end = time.monotonic() + grace_s
     while _descendants() and time.monotonic() < end:
@@ -201,10 +239,14 @@ def run(run_dir: Path) -> int:
             print(f"the job sandbox did not start: {exc}{f' ({said})' if said else ''}", flush=True)
             return 1
     _write_json(run_dir / "child.json", {"pid": child.pid})
-    stopped = threading.Event()
+    stopped: dict[str, str] = {}
+    grace = float(launch.get("grace_s") or 0)
     if launch.get("stop_at"):
-        threading.Thread(target=_backstop, args=(float(launch["stop_at"]), float(launch.get("grace_s") or 0),
-                                                 child.pid, stopped), daemon=True).start()
+        threading.Thread(target=_backstop, args=(float(launch["stop_at"]), grace, child.pid, stopped),
+                         daemon=True).start()
+    if launch.get("beat_path") and launch.get("loss_timeout_s"):
+        threading.Thread(target=_orphan_watch, args=(launch["beat_path"], float(launch["loss_timeout_s"]), grace,
+                                                     child.pid, stopped), daemon=True).start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -215,8 +257,8 @@ def run(run_dir: Path) -> int:
         if pid == child.pid:
             child.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
             result: dict[str, Any] = {"exit_code": _shell_terms(status)}
-            if stopped.is_set():
-                result["stopped"] = "time_limit"
+            if stopped.get("reason"):
+                result["stopped"] = stopped["reason"]
             _write_json(run_dir / "exit.json", result)
             if prepared is not None:
                 prepared.stop_network()  # slirp4netns ends, so the shim's last child goes

@@ -20,18 +20,23 @@ download; :attr:`Stager.fetched` counts the bytes that were downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import posixpath
 import shutil
+import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlparse
+
+import httpx
 
 from .backoff import Backoff
 from .cache import FillAborted, InputCache, key_for, link_or_copy
@@ -325,6 +330,8 @@ class Stager:
             except Exception as exc:  # network trouble half way: try again from the start
                 tmp.unlink(missing_ok=True)
                 self.done, self.fetched = start, start_fetched
+                if self.should_stop():  # _abort_on_stop cut the transfer: a cancel, not a failure
+                    raise StagingAborted() from None
                 if attempt == TRIES:
                     raise StagingError(f"{item.source}: {exc}") from None
                 log.warning("staging %s failed (%s), try %d of %d", item.source, exc, attempt, TRIES)
@@ -345,7 +352,7 @@ class Stager:
         if item.source.startswith("upload:"):
             assert self.client is not None
             upload_id = item.source.removeprefix("upload:")
-            with self.client.open_upload(upload_id) as (response, filename):
+            with self.client.open_upload(upload_id) as (response, filename), _abort_on_stop(response, self.should_stop):
                 name = _clean_name(filename) or source.name
                 length = response.headers.get("Content-Length")
                 source.size = expected_size = int(length) if length and length.isdigit() else None
@@ -355,7 +362,8 @@ class Stager:
         elif urlparse(item.source).scheme in WEB:
             name = source.name
             try:
-                with guarded_request(item.source, self.net_policy) as response:
+                with guarded_request(item.source, self.net_policy) as response, \
+                        _abort_on_stop(response, self.should_stop):
                     if response.status_code in (404, 410):
                         raise StagingError(f"{item.source}: not found (HTTP {response.status_code})")
                     if response.status_code >= 400:
@@ -369,7 +377,10 @@ class Stager:
             fs, path = _filesystem(item.source)
             name = source.name
             with _open(fs, path) as src, open(tmp, "wb") as out:
-                while chunk := src.read(CHUNK):
+                # read1: what one read gives, so a source that trickles (a pipe, a slow mount) is
+                # checked for a cancel after each piece, not after a whole CHUNK
+                read = getattr(src, "read1", None) or src.read
+                while chunk := read(CHUNK):
                     written += self._write(out, chunk, digest, sources)
         if item.sha256 and digest.hexdigest() != item.sha256:
             raise StagingError(
@@ -417,6 +428,35 @@ class Stager:
         if any(size is None for size in sizes):
             return None
         return sum(size for size in sizes if size is not None)
+
+
+ABORT_CHECK_S = 0.1  # how often a transfer in progress looks at ``should_stop``
+
+
+@contextlib.contextmanager
+def _abort_on_stop(response: httpx.Response, should_stop: Callable[[], bool]) -> Iterator[None]:
+    """While the body of ``response`` is read, shut its socket down the moment ``should_stop()``
+    says so: a cancel (or the deadline) ends a transfer at once, also one that trickles a byte at a
+    time and would otherwise hold the read until its timeout. The read then fails, and the caller
+    sees ``should_stop()`` and raises :class:`StagingAborted`."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(ABORT_CHECK_S):
+            if should_stop():
+                stream = response.extensions.get("network_stream")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                return
+
+    watcher = threading.Thread(target=watch, name="staging-abort", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 class _nothing:
@@ -471,6 +511,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
 def _open(fs: Any, path: str) -> IO[bytes]:
     # block_size=0 streams http(s) instead of asking for ranges the server may not serve
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if {"file", "local"} & set(protocols):  # a plain open: a pipe or device reads as a stream (no seek)
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
     if {"http", "https"} & set(protocols):
         return fs.open(path, "rb", block_size=0)
     return fs.open(path, "rb")

@@ -162,11 +162,25 @@ class Coalescer:
         self.layer = layer
         self.last: dict[str, float] = {}
         self.pending: dict[str, dict[str, Any]] = {}
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    async def send(self, group: str, message: dict[str, Any]) -> None:
+        """``group_send`` in the order offered: each send is a task of its own, and two
+        ``group_send`` calls in flight can overtake each other (a log chunk landing before
+        the one it follows makes the page see a gap and reload its whole log). A lock per
+        group (asyncio's are FIFO) keeps one send per group in flight."""
+        lock = self.locks.get(group)
+        if lock is None:
+            if len(self.locks) > 10_000:
+                self.locks = {g: lk for g, lk in self.locks.items() if lk.locked()}
+            lock = self.locks[group] = asyncio.Lock()
+        async with lock:
+            await send_numbered(self.layer, group, message)
 
     async def offer(self, group: str, message: dict[str, Any], coalesce: bool) -> None:
         loop = asyncio.get_running_loop()
         if not coalesce:
-            await send_numbered(self.layer, group, message)
+            await self.send(group, message)
             return
         if group in self.pending:
             self.pending[group] = merge(self.pending[group], message)
@@ -177,7 +191,7 @@ class Coalescer:
             self.last[group] = now
             if len(self.last) > 10_000:  # forget groups quiet for longer than the window
                 self.last = {g: t for g, t in self.last.items() if t > now - COALESCE_S}
-            await send_numbered(self.layer, group, message)
+            await self.send(group, message)
             return
         self.pending[group] = message
         loop.call_later(wait, lambda: asyncio.ensure_future(self._flush(group)))
@@ -188,7 +202,7 @@ class Coalescer:
             return
         self.last[group] = asyncio.get_running_loop().time()
         try:
-            await send_numbered(self.layer, group, message)
+            await self.send(group, message)
         except Exception:
             log.warning("could not push a live update to %s", group, exc_info=True)
 

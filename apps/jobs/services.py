@@ -511,9 +511,10 @@ def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None 
         if job.attempt != lease.attempt or job.state not in (JobState.RENTED, JobState.RUNNING, JobState.OUTPUT):
             continue
         # Other ranks of a multi-node job lose their partner: they end too, on
-        # the platform's account (not charged), and their agents are told.
+        # the platform's account (not charged), and their agents are told; their
+        # GPUs stay fenced until those agents confirm the stop (SPEC §4).
         for other in job.leases.filter(attempt=job.attempt, released_at__isnull=True).select_related("node"):
-            leases_end_lost(node=other.node, at=at, job_ids={job.pk})
+            leases_end_lost(node=other.node, at=at, job_ids={job.pk}, fence=True)
             node_wake(other.node_id)
         try:
             if job.cancel_requested_at:  # a cancel is final: never requeued, never rented again
@@ -556,7 +557,9 @@ def jobs_enforce_time_limits(grace_s: int | None = None) -> int:
     """End, on the server's own authority, runs past ``rented_at + time_limit + grace``.
 
     For an agent cut off from the server: the meter stops at the limit and
-    the job is released ``timed_out``. Returns how many jobs it ended.
+    the job is released ``timed_out``; its GPUs stay fenced (held, unbilled) until
+    the node's heartbeat no longer lists the attempt, or the node is declared down.
+    Returns how many jobs it ended.
     """
     grace = settings.E31_GRACE_S + 30 if grace_s is None else grace_s
     now = timezone.now()
@@ -570,7 +573,8 @@ def jobs_enforce_time_limits(grace_s: int | None = None) -> int:
             try:
                 transition(job, JobState.OUTPUT, detail="time limit passed with no word from the agent",
                            now=limit, end_reason=EndReason.TIME_LIMIT)
-                leases_release(job=job, attempt=job.attempt, now=now)
+                # fenced: the GPUs go to no other job until the node confirms the stop or is down
+                leases_release(job=job, attempt=job.attempt, now=now, fence=True)
                 transition(job, JobState.RELEASED, detail="released: timed out (server)", now=now,
                            outcome=Outcome.TIMED_OUT)
                 _record_usage(job, now)

@@ -33,8 +33,16 @@ def _end(lease: Lease, now: datetime) -> datetime:
     return lease.released_at or now
 
 
+def _hold_end(lease: Lease, now: datetime) -> datetime:
+    """When the lease let its GPUs go: its release, or for a fenced lease the fence's lift (or now)."""
+    if lease.fenced_at is not None:
+        return lease.fence_lifted_at or now
+    return _end(lease, now)
+
+
 def check_gpu_overlap(leases: dict[int, Lease], now: datetime) -> list[Violation]:
-    """No GPU is in two leases whose holds (rent to release, or now) overlap."""
+    """No GPU is in two leases whose holds (rent to release, or to the lift of its fence, or now)
+    overlap: a fenced GPU goes to no other job before its node confirmed the stop."""
     by_gpu: dict[int, list[Lease]] = defaultdict(list)
     for gpu_id, lease_id in LeaseGpu.objects.values_list("gpu_id", "lease_id"):
         by_gpu[gpu_id].append(leases[lease_id])
@@ -43,10 +51,10 @@ def check_gpu_overlap(leases: dict[int, Lease], now: datetime) -> list[Violation
         held.sort(key=lambda lease: (lease.rented_at, lease.pk))
         latest = None
         for lease in held:
-            if latest is not None and lease.rented_at < _end(latest, now):
+            if latest is not None and lease.rented_at < _hold_end(latest, now):
                 out.append(Violation("gpu-overlap", f"GPU {gpu_id} is in lease {latest.pk} and lease {lease.pk} "
                                                     f"at once (from {lease.rented_at.isoformat()})"))
-            if latest is None or _end(lease, now) > _end(latest, now):
+            if latest is None or _hold_end(lease, now) > _hold_end(latest, now):
                 latest = lease
     return out
 
@@ -73,9 +81,15 @@ def check_closed(leases: dict[int, Lease], now: datetime) -> list[Violation]:
         if lease.rented_at > now:
             out.append(Violation("clock", f"{name} is rented in the future ({lease.rented_at.isoformat()})"))
     open_in_closed = (LeaseGpu.objects.filter(open=True, lease__released_at__isnull=False)
+                      .exclude(lease__fenced_at__isnull=False, lease__fence_lifted_at__isnull=True)
                       .values_list("lease_id", flat=True).distinct())
     out += [Violation("open-ended", f"lease {pk} is released but still marks a GPU as held")
             for pk in sorted(open_in_closed)]
+    for lease in leases.values():
+        if lease.fenced_at is not None and lease.released_at is None:
+            out.append(Violation("fence", f"lease {lease.pk} (job {lease.job_id}) is fenced but not released"))
+        if lease.fence_lifted_at is not None and (lease.fenced_at is None or lease.fence_lifted_at < lease.fenced_at):
+            out.append(Violation("fence", f"lease {lease.pk} (job {lease.job_id}) lifts a fence it never had"))
     return out
 
 

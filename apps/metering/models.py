@@ -60,6 +60,13 @@ class Lease(models.Model):
     predicted_runtime_s = models.FloatField(null=True, blank=True,
                                             help_text="Planning only (never stops the job): from the account's "
                                                       "recent runs.")
+    fenced_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="The server ended this attempt without the node's word (time limit enforced by the server, "
+                  "a gang partner lost): its GPUs stay held, unbilled, until the node confirms the stop or is "
+                  "declared down (SPEC §4).")
+    fence_lifted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the fence was lifted: the node confirmed the stop, or went down.")
 
     class Meta:
         ordering = ["-rented_at", "-id"]
@@ -80,13 +87,19 @@ class Lease(models.Model):
         return self.released_at is None
 
     @property
+    def is_fenced(self) -> bool:
+        """Released on the meter, but its GPUs still held until the node confirms the stop."""
+        return self.fenced_at is not None and self.fence_lifted_at is None
+
+    @property
     def cost_display(self) -> Decimal | None:
         """Cost rounded to the cent for display; the ledger keeps 6 places."""
         return None if self.cost is None else self.cost.quantize(Decimal("0.01"))
 
 
 class LeaseGpu(models.Model):
-    """One GPU held by one lease. ``open`` while the lease holds it."""
+    """One GPU held by one lease. ``open`` while the lease holds it: until the lease is
+    released, or, for a fenced lease (:attr:`Lease.fenced_at`), until the fence is lifted."""
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus")
     gpu = models.ForeignKey("pool.Gpu", on_delete=models.PROTECT, related_name="lease_gpus")

@@ -6,7 +6,7 @@ left as it is.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -72,8 +72,14 @@ def leases_stop(*, job, attempt: int, end: datetime, reason: str, charged: bool 
 
 
 @transaction.atomic
-def leases_release(*, job, attempt: int, now: datetime | None = None) -> int:
-    """Give the attempt's GPUs back to the pool. Returns how many leases it closed."""
+def leases_release(*, job, attempt: int, now: datetime | None = None, fence: bool = False) -> int:
+    """Give the attempt's GPUs back to the pool. Returns how many leases it closed.
+
+    ``fence``: the server ends the attempt on its own authority (the node has not said the run
+    stopped): each lease on a node that is not down is released on the meter as usual, but its
+    GPUs stay held (fenced) until the node confirms the stop (:func:`fences_confirm`) or is
+    declared down (:func:`fences_lift`).
+    """
     now = now or timezone.now()
     closed = 0
     for lease in Lease.objects.select_for_update().filter(job=job, attempt=attempt, released_at__isnull=True):
@@ -81,18 +87,32 @@ def leases_release(*, job, attempt: int, now: datetime | None = None) -> int:
             _stop(lease, now, reason=job.end_reason or "released", charged=True)
         lease.released_at = max(now, lease.run_ended_at)
         lease.save(update_fields=["released_at"])
-        LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+        _close_or_fence(lease, now, fence=fence)
         closed += 1
     return closed
 
 
+def _close_or_fence(lease: Lease, now: datetime, *, fence: bool) -> None:
+    """Free a released lease's GPUs, or, with ``fence`` and its node not down, keep them held."""
+    from apps.pool.choices import NodeState
+
+    if fence and Node.objects.filter(pk=lease.node_id).exclude(state=NodeState.DOWN).exists():
+        lease.fenced_at = now
+        lease.save(update_fields=["fenced_at"])
+        return
+    LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+
+
 @transaction.atomic
-def leases_end_lost(*, node: Node, at: datetime, job_ids: set[int] | None = None) -> list[Lease]:
+def leases_end_lost(*, node: Node, at: datetime, job_ids: set[int] | None = None,
+                    fence: bool = False, now: datetime | None = None) -> list[Lease]:
     """End every open lease on a lost ``node`` at ``at`` (its last heartbeat), not charged.
 
-    ``job_ids`` limits it to the leases of those jobs. Returns the leases it
-    ended, so the caller can requeue their jobs.
+    ``job_ids`` limits it to the leases of those jobs. ``fence``: the node itself is not lost
+    (a rank whose partner was): its GPUs stay held from ``now`` until it confirms the stop, as
+    for :func:`leases_release`. Returns the leases it ended, so the caller can requeue their jobs.
     """
+    now = now or timezone.now()
     ended = []
     leases = Lease.objects.select_for_update().filter(node=node, released_at__isnull=True)
     if job_ids is not None:
@@ -105,9 +125,46 @@ def leases_end_lost(*, node: Node, at: datetime, job_ids: set[int] | None = None
             lease.save(update_fields=["charged"])
         lease.released_at = max(at, lease.run_ended_at)
         lease.save(update_fields=["released_at"])
-        LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+        _close_or_fence(lease, now, fence=fence)
         ended.append(lease)
     return ended
+
+
+def _lift(leases, now: datetime) -> list[Lease]:
+    lifted = list(leases.select_for_update())
+    for lease in lifted:
+        lease.fence_lifted_at = max(now, lease.fenced_at)
+        lease.save(update_fields=["fence_lifted_at"])
+        LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
+    if lifted:
+        from apps.pool.tasks import enqueue_schedule_cycle
+
+        transaction.on_commit(enqueue_schedule_cycle)  # the GPUs are free: place what waits for them
+    return lifted
+
+
+@transaction.atomic
+def fences_confirm(*, node: Node, listed: set[tuple[int, int]], min_age_s: float,
+                   now: datetime | None = None) -> list[Lease]:
+    """Lift the fences on ``node`` whose attempt its agent no longer lists as running.
+
+    ``listed``: the ``(job_id, attempt)`` pairs of the node's heartbeat. Only fences older than
+    ``min_age_s`` are lifted, so a heartbeat whose list was taken before the agent took the
+    attempt (its answer crossed the fence) confirms nothing. Returns the leases it freed.
+    """
+    now = now or timezone.now()
+    fenced = Lease.objects.filter(node=node, fenced_at__isnull=False, fence_lifted_at__isnull=True,
+                                  fenced_at__lte=now - timedelta(seconds=min_age_s))
+    return _lift(fenced.exclude(pk__in=[lease.pk for lease in fenced if (lease.job_id, lease.attempt) in listed]),
+                 now)
+
+
+@transaction.atomic
+def fences_lift(*, node: Node, now: datetime | None = None) -> list[Lease]:
+    """Lift every fence on ``node``: it was declared down (its agent, and every job shim on it,
+    stop runs they cannot report for the loss timeout, SPEC §6). Returns the leases it freed."""
+    now = now or timezone.now()
+    return _lift(Lease.objects.filter(node=node, fenced_at__isnull=False, fence_lifted_at__isnull=True), now)
 
 
 def node_down_record(*, node: Node, at: datetime) -> None:

@@ -65,7 +65,7 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
         "gpus": [{"index": g.index, "uuid": g.uuid} for g in gpus],
         "time_limit_s": job.time_limit_s,
         "deadline_in_s": round(max(0.0, deadline), 3),
-        "grace_s": settings.E31_GRACE_S,
+        "grace_s": grace_inside_limit(job.time_limit_s),
         "env": {
             "E31_JOB_ID": str(job.pk),
             "E31_NODE_RANK": str(lease.node_rank),
@@ -78,6 +78,33 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
         "array_index": job.array_index,
         "array_size": job.array.size if job.array_id is not None else None,
     }
+
+
+def ended_attempts(node: Node, listed: set[tuple[int, int]]) -> list[dict[str, int]]:
+    """Fencing: of the attempts ``node``'s agent says it holds (``listed``: ``(job_id, attempt)``
+    from a heartbeat's ``running`` or a work poll's ``have``), those the server has ended on its
+    own (time limit enforced by the server, node loss, requeue) or never knew: the agent must
+    stop them. An attempt whose agent sent ``finished`` is not one (it is finishing up).
+    Shape: ``[{"job_id", "attempt"}]``, merged into the answer's ``cancel`` list.
+    """
+    if not listed:
+        return []
+    current = {(j, a) for j, a, current in Lease.objects.filter(
+        node=node, job_id__in={j for j, _ in listed}, released_at__isnull=True).values_list(
+        "job_id", "attempt", "job__attempt") if a == current}
+    from apps.jobs.models import AgentReport
+
+    finished = set(AgentReport.objects.filter(
+        job_id__in={j for j, _ in listed}, type="finished",
+        node_rank__in=Lease.objects.filter(node=node, job_id__in={j for j, _ in listed}).values("node_rank"))
+        .values_list("job_id", "attempt"))
+    return [{"job_id": j, "attempt": a} for j, a in sorted(listed) if (j, a) not in current | finished]
+
+
+def grace_inside_limit(time_limit_s: int) -> float:
+    """The SIGTERM-to-SIGKILL grace of a run (seconds): ``E31_GRACE_S``, but at most 10 % of the
+    time limit, so the agent's SIGTERM at ``deadline - grace`` makes SIGKILL land at the limit."""
+    return round(min(float(settings.E31_GRACE_S), 0.1 * time_limit_s), 3)
 
 
 def running_on(node: Node) -> list[dict[str, int]]:

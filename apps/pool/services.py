@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.jobs.live import pool_changed
-from apps.metering.services import node_down_record, node_up_record
+from apps.metering.services import fences_lift, node_down_record, node_up_record
 
 from .choices import NodeState
 from .models import Gpu, Node, token_digest
@@ -123,6 +123,7 @@ def nodes_mark_lost() -> list[int]:
             log.warning("node %s lost: no heartbeat since %s", node.name, node.last_heartbeat_at)
             node_down_record(node=node, at=node.last_heartbeat_at)  # the meter's record of down time
             jobs_handle_node_loss(node=node, at=node.last_heartbeat_at)
+            fences_lift(node=node)  # a node declared down stops its runs itself (SPEC §6)
             pool_changed()
             lost.append(node_id)
     return lost

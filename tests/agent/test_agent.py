@@ -178,7 +178,7 @@ def test_cancel_stops_the_job_and_packs_what_is_there(node):
 
 def test_the_time_limit_stops_the_job(node):
     server, agent, workdir = node
-    offer(server, assignment(30, "sleep 1000 & sleep 1000", deadline_in_s=1, grace_s=1))
+    offer(server, assignment(30, "sleep 1000 & sleep 1000", deadline_in_s=2, grace_s=1))
     assert server.state.wait_for(lambda: "finished" in server.state.types(30))
     assert server.state.types(30) == ["running", "finished"]  # nothing staged, nothing to pack: folded
     exited = exited_of(server, 30)

@@ -102,8 +102,14 @@ def test_gpu_device_nodes_follow_the_driver_minor_of_each_leased_uuid(tmp_path):
 def test_the_command_line_takes_the_sandbox_flags():
     args = parse_args(["--server", "http://x", "--token", "t", "--slot-uids", "5000-5009", "--sandbox-deny",
                        "10.0.0.0/8", "--unsafe-no-sandbox"])
-    assert (args.slot_uids, args.sandbox_deny, args.unsafe_no_sandbox) == ((5000, 5009), ("10.0.0.0/8",), True)
-    assert parse_args(["--server", "http://x", "--token", "t"]).sandbox_deny == ("169.254.0.0/16",)
+    assert (args.slot_uids, args.unsafe_no_sandbox) == ((5000, 5009), True)
+    # the metadata service and the private networks are always denied, unless the operator opts out
+    default = ("169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+    assert args.sandbox_deny == default
+    assert parse_args(["--server", "http://x", "--token", "t"]).sandbox_deny == default == sandbox.DEFAULT_DENY
+    assert parse_args(["--server", "http://x", "--token", "t", "--sandbox-allow-private", "--sandbox-deny",
+                       "10.9.0.0/16"]).sandbox_deny == ("169.254.0.0/16", "10.9.0.0/16")
+    assert AgentConfig(server="http://x", token="t", workdir=Path("w")).sandbox_deny == sandbox.DEFAULT_DENY
     with pytest.raises(SystemExit):
         parse_args(["--server", "http://x", "--token", "t", "--slot-uids", "0-5"])
 
@@ -111,3 +117,36 @@ def test_the_command_line_takes_the_sandbox_flags():
 def test_an_unknown_network_is_refused_in_the_plan(node, tmp_path):
     with pytest.raises(ValueError, match="network"):
         node.plan(job_dir=tmp_path, network="host")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="slot users (and a TUN node of their own) need an agent run as root")
+def test_where_dev_net_tun_is_closed_slirp4netns_still_runs_as_the_slot_user(node, tmp_path, monkeypatch):
+    """``/dev/net/tun`` mode 0600 (as on some hosts): slirp4netns gets a TUN node of the slot
+    user's own in a mount namespace of its own, instead of running as root. The host's node is
+    left alone; the test makes the agent take it for closed."""
+    import subprocess
+
+    import psutil
+
+    monkeypatch.setattr(sandbox, "_slot_may_open_tun", lambda path="/dev/net/tun": False)
+    host_tun = os.stat("/dev/net/tun")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    prepared = sandbox.prepare(node.plan(job_dir=job_dir, network="egress"))
+    try:
+        proc = subprocess.Popen([*prepared.argv, "/bin/sh", "-c", "grep -q tap0 /proc/net/dev && id -u"],
+                                pass_fds=prepared.pass_fds, preexec_fn=prepared.preexec(stage=True),
+                                env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        prepared.after_fork()
+        slirp = prepared.start_network(proc.pid)
+        assert slirp is not None
+        assert psutil.Process(slirp.pid).uids().real == prepared.uid != 0  # not root
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert int(out) == prepared.uid
+    finally:
+        prepared.stop_network()
+        prepared.close()
+    after = os.stat("/dev/net/tun")
+    assert (after.st_mode, after.st_uid, after.st_rdev) == (host_tun.st_mode, host_tun.st_uid, host_tun.st_rdev)

@@ -16,19 +16,20 @@ from tests.e2e.test_faults import FAST
 
 @pytest.fixture
 def stack_with(transactional_db, tmp_path):
-    """``stack_with(loss_timeout_s=..., env=..., agents=...)``: a started production-shape stack
-    (split workers, beat, fast clocks), stopped after the test."""
+    """``stack_with(loss_timeout_s=..., env=..., agents=..., agent_args=...)``: a started
+    production-shape stack (split workers, beat, fast clocks), stopped after the test."""
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
         pytest.fail("fault tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
     db = int(os.environ.get("E31_E2E_REDIS_DB", E2E_REDIS_DB))
     started: list[LocalStack] = []
 
     def make(*, loss_timeout_s: int = 30, env: dict[str, str] | None = None,
-             agents: list[tuple[str, str]] | None = None) -> LocalStack:
+             agents: list[tuple[str, str]] | None = None, agent_args: list[str] | None = None) -> LocalStack:
         agents = agents or [("node-a", "1xH100-80GB")]
         live = LocalStack(database_url=database_url(), redis_url=settings.REDIS_URL.rsplit("/", 1)[0] + f"/{db}",
                           var_dir=tmp_path / "var", agents=agents, beat=True, split_workers=True,
-                          env={**FAST, "E31_NODE_LOSS_TIMEOUT_S": str(loss_timeout_s), **(env or {})})
+                          env={**FAST, "E31_NODE_LOSS_TIMEOUT_S": str(loss_timeout_s), **(env or {})},
+                          agent_args=list(agent_args or []))
         started.append(live)
         live.start()
         names = [name for name, _ in agents]

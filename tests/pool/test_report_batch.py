@@ -35,7 +35,7 @@ def agent(pool):
 
 
 def submit(owner, gpus=1, limit="10m"):
-    # nothing declared as output: these jobs upload no bundle, and declared outputs without one never succeed
+    # No declared output: what an agent folds ``exited`` into ``finished`` for (nothing to pack).
     return job_submit(owner=owner, document=spec(compute={"gpus": gpus, "time_limit": limit, "gpu_model": ["H100"]},
                                                  output={"paths": []}))
 

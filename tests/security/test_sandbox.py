@@ -150,6 +150,17 @@ def forbidden_tcp(web_port: int) -> list[list]:
     return [[h, p] for h in dict.fromkeys(hosts) for p in ports]
 
 
+# /proc/net/route destinations (little-endian hex) of what egress must find unreachable: the cloud
+# metadata range and the private networks (sandbox.DEFAULT_DENY)
+DENIED_ROUTES = {"0000FEA9": "169.254.0.0/16", "0000000A": "10.0.0.0/8", "000010AC": "172.16.0.0/12",
+                 "0000A8C0": "192.168.0.0/16", "00004064": "100.64.0.0/10"}
+
+
+def unreachable_routes(routes: list[str]) -> set[str]:
+    """The destinations of the reject (RTF_REJECT) routes in a probe's ``/proc/net/route`` lines."""
+    return {fields[1] for fields in map(str.split, routes) if int(fields[3], 16) & 0x0200}
+
+
 def test_two_tenants_probe_their_sandboxes(stack, tmp_path):
     alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
     a_api, b_api = token_client(stack.url, alice), token_client(stack.url, bob)

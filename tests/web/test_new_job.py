@@ -84,7 +84,7 @@ def test_the_form_submits_a_job_and_goes_to_its_page(web, user, node,
     job = Job.objects.get(pk=new_job_id(resp), owner=user)
     assert job.spec["name"] == "resnet-finetune"
     assert job.spec["work"] == {"command": "python train.py --epochs 3", "image": None,
-                                "env": {"SEED": "1", "MODE": "fast"}, "kind": "training"}
+                                "env": {"SEED": "1", "MODE": "fast"}, "kind": "training", "network": "egress"}
     assert job.spec["data"] == [{"source": "https://example.com/data.tar.gz", "target": "data/",
                                  "sha256": None, "extract": True}]
     compute = job.spec["compute"]

@@ -30,11 +30,11 @@ from apps.jobs.services import (
     log_append,
 )
 from apps.metering.models import Lease
-from apps.metering.services import leases_seen
+from apps.metering.services import fences_confirm, leases_seen
 
 from ..models import Node
 from ..notify import node_group
-from ..selectors import agent_work_for, node_may_fetch_upload, running_on
+from ..selectors import agent_work_for, ended_attempts, node_may_fetch_upload, running_on
 from ..services import node_for_token, node_heartbeat, node_register
 from .auth import IsNode, NodeTokenAuthentication, token_from_header
 from .serializers import (
@@ -83,7 +83,8 @@ class RegisterView(AgentView):
         ser.is_valid(raise_exception=True)
         node = node_register(node=self.node, inventory=ser.validated_data)
         return Response({"node": node.name, "heartbeat_interval_s": settings.E31_HEARTBEAT_S,
-                         "poll_wait_s": settings.E31_AGENT_POLL_WAIT_S, "running": running_on(node)})
+                         "poll_wait_s": settings.E31_AGENT_POLL_WAIT_S,
+                         "node_loss_timeout_s": settings.E31_NODE_LOSS_TIMEOUT_S, "running": running_on(node)})
 
 
 @extend_schema(exclude=True)
@@ -92,12 +93,18 @@ class HeartbeatView(AgentView):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
+        stops: list[dict[str, int]] = []
         if "running" in request.data:
             leases_seen(node=self.node, running=ser.validated_data["running"], now=timezone.now())
+            listed = {(r["job_id"], r["attempt"]) for r in ser.validated_data["running"]}
             jobs_reconcile_heartbeat(node=self.node, running=ser.validated_data["running"],
                                      min_age_s=2 * settings.E31_HEARTBEAT_S)
+            # fencing: attempts the server ended are stopped; fences of attempts no longer listed lift
+            fences_confirm(node=self.node, listed=listed, min_age_s=settings.E31_HEARTBEAT_S)
+            stops = ended_attempts(self.node, listed)
         node = Node.objects.get(pk=self.node.pk)  # the state after this beat's reconciliation
-        return Response({"cancel": work_with_gang_stops(node)["cancel"], "state": node.state})
+        cancel = work_with_gang_stops(node)["cancel"]
+        return Response({"cancel": cancel + [s for s in stops if s not in cancel], "state": node.state})
 
 
 @extend_schema(exclude=True)
@@ -278,6 +285,10 @@ async def work_view(request: HttpRequest) -> JsonResponse:
             new_assignments = [a for a in work["assignments"] if (a["job_id"], a["attempt"]) not in have]
             if new_assignments or work["cancel"] or new_prestage or left <= 0:
                 await sync_to_async(prestage_mark_offered)(node, new_prestage)
+                # fencing: held attempts the server ended are stopped too (they do not make the poll
+                # answer early: the heartbeat carries them as well)
+                stops = await sync_to_async(ended_attempts)(node, have)
+                work["cancel"] += [s for s in stops if s not in work["cancel"]]
                 return JsonResponse(work)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(layer.receive(channel), timeout=left)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('metering', '0005_account_profile_and_node_downtime'),
+        ('metering', '0006_lease_fence'),
     ]
 
     operations = [
