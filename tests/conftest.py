@@ -1,4 +1,7 @@
 """Shared fixtures: an owner, a stranger, their API clients, a small pool."""
+import socket
+import threading
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -52,3 +55,30 @@ def stranger_api(stranger):
     client = APIClient()
     client.force_authenticate(stranger)
     return client
+
+
+@pytest.fixture
+def silent_mail_server():
+    """The port of a TCP server on 127.0.0.1 that accepts and never greets (an SMTP server that hangs)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()

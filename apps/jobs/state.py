@@ -38,6 +38,18 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
 
 
 @transaction.atomic
+def _moved_values(to: str, now: datetime, fields: dict[str, object]) -> dict[str, object]:
+    """The columns a move to ``to`` writes: the state, its time stamp, ``fields``; a job that
+    leaves the queue loses its queue position, estimate and reason."""
+    values: dict[str, object] = {"state": to, **fields}
+    stamp = STAMP_FIELD.get(to)
+    if stamp:
+        values[stamp] = now
+    if to != JobState.QUEUED:
+        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+    return values
+
+
 def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = None,
                **fields: object) -> Job:
     """Move ``job`` from its current state to ``to``.
@@ -60,12 +72,7 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     if to not in ALLOWED_MOVES[src]:
         raise TransitionError(f"job {job.pk}: {src} -> {to} is not allowed")
     now = now or timezone.now()
-    values: dict[str, object] = {"state": to, **fields}
-    stamp = STAMP_FIELD.get(to)
-    if stamp:
-        values[stamp] = now
-    if to != JobState.QUEUED:
-        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+    values = _moved_values(to, now, fields)
     # Conditional UPDATE: closes the race of two processes moving the same
     # job (say an agent's "exited" and the node watchdog) from one state.
     if Job.objects.filter(pk=job.pk, state=src).update(**values) != 1:
@@ -116,12 +123,7 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
     if not rows:
         return []
     ids = [pk for pk, _ in rows]
-    values: dict[str, object] = {"state": to, **fields}
-    stamp = STAMP_FIELD.get(to)
-    if stamp:
-        values[stamp] = now
-    if to != JobState.QUEUED:
-        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+    values = _moved_values(to, now, fields)
     Job.objects.filter(pk__in=ids).update(event_seq=F("event_seq") + 1, **values)
     JobEvent.objects.bulk_create([JobEvent(job_id=pk, seq=seq + 1, at=now, from_state=src, to_state=to,
                                            detail=detail[:500]) for pk, seq in rows], batch_size=2000)

@@ -2,9 +2,6 @@
 never greets holds the side worker; scheduling, the node watch and time limits go on."""
 from __future__ import annotations
 
-import socket
-import threading
-
 import pytest
 
 from apps.jobs.models import Job
@@ -14,32 +11,6 @@ from tests.e2e.test_five_steps import token_client
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def silent_mail_server():
-    """Accepts SMTP connections and never sends the greeting."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held, stop = [], threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
 
 
 def test_a_silent_mail_server_does_not_stop_scheduling(stack_with, silent_mail_server):

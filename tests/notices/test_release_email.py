@@ -1,8 +1,6 @@
 """The release e-mail: once per job whatever the broker does, and never held by a silent server."""
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
@@ -48,38 +46,11 @@ def test_a_name_with_a_newline_makes_a_one_line_subject(mailed_owner):
     assert mail.outbox[-1].subject == f"Job {job.pk} (two lines) released: Cancelled"
 
 
-@pytest.fixture
-def silent_smtp_server():
-    """A TCP server that accepts and never greets (an SMTP server that hangs)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def test_a_silent_mail_server_times_out_and_leaves_no_claim(mailed_owner, settings, silent_smtp_server):
+def test_a_silent_mail_server_times_out_and_leaves_no_claim(mailed_owner, settings, silent_mail_server):
     job = released_job(mailed_owner)  # no preference yet: nothing sent
     preference_set(user=mailed_owner, email_on_release=True)
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", silent_smtp_server, False
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", silent_mail_server, False
     settings.EMAIL_TIMEOUT = 0.5
     started = time.monotonic()
     with pytest.raises(OSError):  # socket.timeout / TimeoutError

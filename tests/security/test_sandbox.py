@@ -132,6 +132,24 @@ def job_processes(job_id: int) -> list[psutil.Process]:
     return found
 
 
+def assert_sealed(who: str, res: dict, secrets: set[str]) -> None:
+    """What every probe's ``result.json`` must say, on any shape of the site."""
+    # never root, no capability, no_new_privs
+    assert res["uid"] != 0 and res["euid"] != 0 and res["gid"] != 0, (who, res["uid"])
+    assert int(res["cap_eff"], 16) == 0 and int(res["cap_bnd"], 16) == 0, (who, res["cap_eff"])
+    assert res["no_new_privs"] == "1", who
+    # nothing of the agent's, the site's or the other tenant's could be read, seen or signalled
+    assert res["leaks"] == {}, (who, res["leaks"])
+    # only its own processes are visible: the sandbox's init, the shell, the probe (and what it runs)
+    assert all(uid == res["uid"] for uid, _ in res["visible_processes"].values()), (who, res["visible_processes"])
+    assert len(res["visible_processes"]) <= 4, (who, res["visible_processes"])
+    # its environment holds no secret of the platform
+    assert not any(v in secrets for v in res["env"].values()), who
+    assert not any(k.startswith(("E31_NODE_TOKEN", "DATABASE_", "REDIS_", "SECRET")) for k in res["env"]), who
+    # it can see its own GPUs
+    assert res["cuda_visible_devices"], who
+
+
 def wait(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,20 +233,7 @@ def test_two_tenants_probe_their_sandboxes(stack, tmp_path):
     if secret_file.exists():
         secrets.add(secret_file.read_text().strip())
     for who, res in (("alice", alice), ("bob", bob), ("alice offline", offline)):
-        # never root, no capability, no_new_privs
-        assert res["uid"] != 0 and res["euid"] != 0 and res["gid"] != 0, (who, res["uid"])
-        assert int(res["cap_eff"], 16) == 0 and int(res["cap_bnd"], 16) == 0, (who, res["cap_eff"])
-        assert res["no_new_privs"] == "1", who
-        # nothing of the agent's, the site's or the other tenant's could be read, seen or signalled
-        assert res["leaks"] == {}, (who, res["leaks"])
-        # only its own processes are visible: the sandbox's init, the shell, the probe (and what it runs)
-        assert all(uid == res["uid"] for uid, _ in res["visible_processes"].values()), (who, res["visible_processes"])
-        assert len(res["visible_processes"]) <= 4, (who, res["visible_processes"])
-        # its environment holds no secret of the platform
-        assert not any(v in secrets for v in res["env"].values()), who
-        assert not any(k.startswith(("E31_NODE_TOKEN", "DATABASE_", "REDIS_", "SECRET")) for k in res["env"]), who
-        # it can see its own GPUs
-        assert res["cuda_visible_devices"], who
+        assert_sealed(who, res, secrets)
     # different tenants running at the same time: different uids
     assert alice["uid"] != bob["uid"]
     # they can read their staged inputs and write outputs (result.json came back)
