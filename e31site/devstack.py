@@ -92,8 +92,8 @@ class LocalStack:
         return env
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = open(self.var_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
-        proc = subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        with open(self.var_dir / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         self.named[name] = proc
         return proc

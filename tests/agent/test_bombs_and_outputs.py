@@ -97,9 +97,12 @@ def test_staging_a_bomb_fails_naming_the_input(tmp_path):
 # --- outputs -----------------------------------------------------------------
 @pytest.fixture
 def low_nofile():
-    """RLIMIT_NOFILE of 64: a packer that held every output open would fail at once."""
+    """RLIMIT_NOFILE of what the test process holds already plus 32: a packer that held every
+    output open would fail at once (the files open before it, from earlier tests of a whole-suite
+    run, are not the packer's)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    in_use = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 32, hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
