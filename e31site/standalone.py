@@ -262,8 +262,9 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
 
+    # Open long polls of the local agents would hold a graceful stop for up to their wait.
     server = uvicorn.Server(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
-                                           log_level="warning", access_log=False))
+                                           log_level="warning", access_log=False, timeout_graceful_shutdown=3))
 
     async def run() -> None:
         serving = asyncio.create_task(server.serve())  # installs its own SIGINT/SIGTERM handlers
@@ -273,11 +274,18 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
             await ready()
         await serving
 
+    def stop_requested(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # uvicorn handles SIGINT and SIGTERM while it serves, then raises the signal it caught again
+    # with the handler found before it: SIGTERM's default would end the process before the
+    # agents (and their jobs) are stopped. Both are a stop request here.
+    signal.signal(signal.SIGTERM, stop_requested)
     beat.start()
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
-        pass  # uvicorn raises the Ctrl-C it caught again once it has shut down: a normal stop
+        pass  # the stop uvicorn raised again once it had shut down: a normal stop
     finally:
         beat.stopped.set()
         cycles.stop()

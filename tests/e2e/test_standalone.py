@@ -51,7 +51,8 @@ def test_standalone_runs_a_job_and_stops_leaving_nothing_behind(tmp_path):
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) == 2  # the two agents
     finally:
-        proc.send_signal(signal.SIGINT)
+        # SIGTERM (a service manager's stop, `kill`); Ctrl-C's SIGINT is tests/faults/test_standalone_agents.py
+        proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
     assert code == 0, proc.stdout.read()[-3000:]
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
