@@ -5,27 +5,13 @@ import tarfile
 from decimal import Decimal
 
 import pytest
-from rest_framework.test import APIClient
 
 from apps.jobs.models import Job
 from apps.metering.models import Lease
-from apps.pool.services import node_token_issue
 
 from ..factories import spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def agent(pool):
-    token = node_token_issue(name="node-a")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Node {token}")
-    inventory = {"hostname": "host-a", "gpus": [{"index": i, "uuid": f"GPU-a{i}", "model": "H100-80GB",
-                                                  "memory_mb": 81559} for i in range(4)],
-                 "cpus": 32, "memory_bytes": 256 * 10**9, "disk_bytes": 10**12, "simulated": True}
-    assert client.post("/api/v1/agent/register/", inventory, format="json").status_code == 200
-    return client
 
 
 def _bundle_bytes() -> bytes:

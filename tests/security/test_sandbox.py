@@ -35,6 +35,7 @@ from django.conf import settings
 
 from apps.artifacts.models import Upload
 from apps.pool.models import Gpu
+from tests.e2e.test_data import _wait as wait
 from tests.e2e.test_five_steps import token_client, wait_released
 from tests.factories import UserFactory
 
@@ -148,16 +149,6 @@ def assert_sealed(who: str, res: dict, secrets: set[str]) -> None:
     assert not any(k.startswith(("E31_NODE_TOKEN", "DATABASE_", "REDIS_", "SECRET")) for k in res["env"]), who
     # it can see its own GPUs
     assert res["cuda_visible_devices"], who
-
-
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def forbidden_tcp(web_port: int) -> list[list]:
