@@ -304,6 +304,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
+        # 4xx answers are the caller's mistake, not ours: no warning with a traceback for an
+        # ordinary 403/404 (5xx still log at ERROR with theirs).
+        "django.request": {"level": "ERROR"},
         "uvicorn.access": {"level": "WARNING"},
         "axes": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},  # one line per task is noise in standalone
