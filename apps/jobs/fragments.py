@@ -27,7 +27,7 @@ from apps.artifacts.services import bundles_latest
 from apps.metering.display import rate_text
 from apps.metering.selectors import job_money
 
-from .choices import JobKind, JobState
+from .choices import JobKind, JobState, Outcome
 from .models import Job
 from .services import log_read
 from .spec import format_duration
@@ -50,11 +50,17 @@ def stamp_ms() -> int:
 
 @dataclass(frozen=True)
 class Step:
-    """One of the five steps on the job page: its name, when it happened, and where the job is."""
+    """One of the five steps on the job page: its name, when it happened, and where the job is.
+
+    ``status`` is "done", "current", "todo", "skipped" (a released job never got there) or
+    "ended" (the Released step of a job that did not succeed); ``icon`` names the mark drawn
+    (templates/includes/icon.html): a check, the current dot, or the outcome's own icon.
+    """
 
     label: str
     at: datetime | None
-    status: str  # "done", "current", "todo", or "skipped" (a released job never got there)
+    status: str
+    icon: str = ""
 
 
 # (label, the job's time stamp, the state that step is current in)
@@ -67,18 +73,31 @@ STEP_FIELDS = (
 )
 
 
+def _step_at(job: Job, field: str) -> datetime | None:
+    """When the job passed a step; a run that never started never ended (staging failed)."""
+    if field == "run_ended_at" and not job.run_started_at:
+        return None
+    return getattr(job, field)
+
+
 def job_steps(job: Job) -> list[Step]:
-    """The five steps of SPEC §1 with their times and which one the job is in."""
+    """The five steps of SPEC §1 with their times and which one the job is in.
+
+    A released job that did not succeed ends on its outcome (failed, timed out, cancelled,
+    node lost) instead of a green check, so no failure reads as a success.
+    """
+    released = job.state == JobState.RELEASED
     steps = []
     for label, field, state in STEP_FIELDS:
-        at = getattr(job, field)
-        if job.state == state and state != JobState.RELEASED:
-            status = "current"
+        at = _step_at(job, field)
+        if job.state == state and not released:
+            steps.append(Step(label, at, "current", "dot"))
+        elif state == JobState.RELEASED and released and job.outcome != Outcome.SUCCEEDED:
+            steps.append(Step(f"{label} · {job.get_outcome_display()}", at, "ended", job.outcome or "failed"))
         elif at:
-            status = "done"
+            steps.append(Step(label, at, "done", "check"))
         else:
-            status = "skipped" if job.state == JobState.RELEASED else "todo"
-        steps.append(Step(label, at, status))
+            steps.append(Step(label, at, "skipped" if released else "todo"))
     return steps
 
 
