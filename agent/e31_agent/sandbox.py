@@ -621,6 +621,16 @@ def _stage_mounts(binds: Sequence[tuple[str, str]]) -> None:
         check(libc.mount(host.encode(), staged.encode(), None, MS_BIND | MS_REC, None), f"bind {host}")
 
 
+def _make_searchable(path: str) -> None:
+    """Create ``path`` and make it and its parent (``/run/e31-agent``) mode 0755 whatever the
+    umask of the process that first made them: the slot user must search both to reach the
+    staged bind sources (a 0700 parent fails every sandbox with "Permission denied")."""
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    for directory in (os.path.dirname(path), path):
+        if os.stat(directory).st_mode & 0o755 != 0o755:
+            os.chmod(directory, 0o755)
+
+
 def _etc_data(uid: int, gid: int, home: str) -> dict[str, bytes]:
     """Made-up ``/etc/passwd`` and ``/etc/group`` naming the job's user (``job``)."""
     return {
@@ -642,7 +652,7 @@ def prepare(plan: dict[str, Any]) -> Prepared:
         hand_over(Path(plan["job_dir"]), uid, gid)
     prepared = Prepared(plan=plan, argv=[], pass_fds=[], uid=uid, gid=gid, lock_fd=lock_fd)
     if uid is not None:
-        os.makedirs(STAGE_DIR, mode=0o755, exist_ok=True)
+        _make_searchable(STAGE_DIR)
     if not plan.get("wrap", True):
         return prepared  # a container runtime: it runs the image itself, as the slot user
     try:

@@ -116,6 +116,13 @@ class Job(models.Model):
         return self.state in HOLDING
 
     @property
+    def status_note(self) -> str:
+        """The last status words worth showing beside the state: empty when they only repeat
+        the state's own word ("Running — running")."""
+        note = self.status_message.strip()
+        return "" if note.lower() == self.get_state_display().lower() else note
+
+    @property
     def is_cancellable(self) -> bool:
         return self.state != JobState.RELEASED and self.cancel_requested_at is None
 

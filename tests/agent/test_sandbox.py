@@ -6,6 +6,7 @@ GPU device nodes and the command-line flags.
 """
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -150,3 +151,14 @@ def test_where_dev_net_tun_is_closed_slirp4netns_still_runs_as_the_slot_user(nod
         prepared.close()
     after = os.stat("/dev/net/tun")
     assert (after.st_mode, after.st_uid, after.st_rdev) == (host_tun.st_mode, host_tun.st_uid, host_tun.st_rdev)
+
+
+def test_the_stage_dir_is_searchable_whatever_the_umask_that_made_its_parent(tmp_path):
+    """A first agent started with umask 077 left /run/e31-agent at 0700: every later sandbox
+    failed with "Can't find source path .../stage/0: Permission denied"."""
+    parent = tmp_path / "e31-agent"
+    parent.mkdir(mode=0o700)
+    parent.chmod(0o700)
+    stage = parent / "stage"
+    sandbox._make_searchable(str(stage))
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o755 and stat.S_IMODE(stage.stat().st_mode) == 0o755

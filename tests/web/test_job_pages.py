@@ -71,7 +71,7 @@ def test_the_page_of_a_queued_job_shows_its_place_and_why(web, user, node):
         estimated_start_at=timezone.now() + timedelta(minutes=5))
     html = web.get(f"/jobs/{job.pk}/").content.decode()
     assert "In the queue" in html and "#2" in html
-    assert "behind 1 job of higher priority" in html
+    assert "Behind 1 job of higher priority" in html
     assert "Cancel job" in html
     assert "submitted" in html  # the timeline's first event
 

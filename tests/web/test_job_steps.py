@@ -1,9 +1,10 @@
 """The steps bar tells each outcome apart: no green check for a failure (issue 16)."""
 import pytest
+from django.utils import timezone
 
 from apps.jobs.fragments import job_steps
 from apps.jobs.models import Job
-from apps.jobs.services import job_cancel
+from apps.jobs.services import job_cancel, jobs_handle_node_loss
 
 from .factories import Agent, finished_job, queued_job, rented_job
 
@@ -49,3 +50,32 @@ def test_a_job_cancelled_in_the_queue_skips_the_middle_steps(user, node):
     marks = _marks(job)
     assert [status for _, status, _ in marks] == ["done", "skipped", "skipped", "skipped", "ended"]
     assert marks[-1] == ("Released · Cancelled", "ended", "cancelled")
+
+
+# --- words beside the state (issue 16: doubled or stale words) ---------------------------------
+def test_a_running_job_does_not_say_running_twice(user, node, web):
+    agent = Agent(rented_job(user))
+    agent.say("accepted")
+    agent.say("running")
+    html = web.get(f"/jobs/{agent.job.pk}/").content.decode()
+    assert "— running" not in html and "Cost so far" in html
+
+
+def test_a_job_released_by_node_loss_keeps_no_stale_progress_words(user, node, web, settings):
+    settings.E31_MAX_ATTEMPTS = 1  # the loss releases the job instead of requeueing it
+    agent = Agent(rented_job(user))
+    agent.say("accepted")
+    agent.say("running")
+    jobs_handle_node_loss(node=agent.lease.node, at=timezone.now())
+    job = Job.objects.get(pk=agent.job.pk)
+    assert job.state == "released" and job.outcome == "node_lost" and job.status_note == ""
+    html = web.get(f"/jobs/{job.pk}/").content.decode()
+    assert "— running" not in html and "Cost so far" not in html
+
+
+def test_a_queued_job_says_why_it_waits_once(user, node, web):
+    job = queued_job(user)
+    Job.objects.filter(pk=job.pk).update(pending_reason="waiting for 1 GPU to come free")
+    html = web.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Why it waits" in html and "Waiting for 1 GPU to come free" in html
+    assert "Waiting for</dt>" not in html
