@@ -7,8 +7,9 @@ what Celery and the Redis flag do in production; a request only asks for a
 cycle, never runs one) and the periodic work (node watch, a cycle) on a timer; two agents with
 simulated GPUs run as child processes, each in its own work dir; one that dies is
 started again on the same work dir and token (:class:`LocalAgents`). Ctrl-C
-stops the server, then the agents (which stop their jobs), and waits for
-them, so nothing is left behind.
+(or SIGTERM) is a deliberate stop: running jobs end as cancelled by the operator
+with their outputs packed (:func:`stop_jobs_by_operator`), then the server stops,
+then the agents, and it waits for them, so nothing is left behind.
 """
 from __future__ import annotations
 
@@ -21,12 +22,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
+import uvicorn
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import close_old_connections
+
+from apps.jobs.operator import jobs_holding, jobs_stop_holding
 
 log = logging.getLogger("e31.standalone")
 
@@ -95,8 +102,6 @@ def files_private() -> list[Path]:
 
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for."""
-    from django.db import close_old_connections
-
     from apps.pool.cycle_loop import cycle_wanted
     from apps.pool.tasks import node_watch_task
 
@@ -232,14 +237,58 @@ def stop_agents(procs: list[subprocess.Popen], timeout: float = 45.0) -> None:
             proc.wait()
 
 
+STOP_PACK_S = 30  # seconds a stop waits, beyond the grace period, for the jobs' outputs to be packed
+
+
+def stop_jobs_by_operator(timeout_s: float) -> None:
+    """Cancel every job holding GPUs as the operator and wait (at most ``timeout_s`` seconds) until
+    each is released, printing what it waits for. Runs in a thread of its own (database calls)."""
+    try:
+        ids = jobs_stop_holding(reason="the site was stopped")
+        if not ids:
+            return
+        print(f"  stopping {len(ids)} running job(s): cancelled by the operator, outputs packed...", flush=True)
+        deadline = time.monotonic() + timeout_s
+        while (left := jobs_holding(ids)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        if left:
+            print(f"  {left} job(s) did not finish packing in {timeout_s:.0f} s; the next start recovers them",
+                  flush=True)
+    except Exception:
+        log.exception("stopping the running jobs failed")
+    finally:
+        close_old_connections()
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server whose first stop signal (Ctrl-C, SIGTERM) first runs ``drain`` in a thread
+    and only then stops serving; a second signal stops at once (uvicorn's own handling)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.draining: threading.Thread | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.draining is None and not self.should_exit:
+            self.draining = threading.Thread(target=self._drain_then_exit, name="e31-stop", daemon=True)
+            self.draining.start()
+            return
+        super().handle_exit(sig, frame)
+
+    def _drain_then_exit(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self.should_exit = True
+
+
 def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = DEFAULT_AGENTS) -> None:
     """Serve the site on ``host:port`` until interrupted, with the beat and local agents.
 
     HTTP and WebSockets are served by uvicorn, which hands request bodies to the
     app as they arrive (Daphne buffered each whole in memory first, daphne#483).
     """
-    import uvicorn
-
     from apps.jobs.live import set_local_loop
     from apps.pool.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
@@ -262,9 +311,17 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
               "  Press Ctrl-C to stop.\n", flush=True)
 
+    def end_running_jobs() -> None:
+        """A deliberate stop: no new placements, then every running job ends as cancelled by the
+        operator with its outputs packed, while the server still takes the agents' reports."""
+        beat.stopped.set()
+        cycles.stop()
+        stop_jobs_by_operator(timeout_s=settings.E31_GRACE_S + STOP_PACK_S)
+
     # Open long polls of the local agents would hold a graceful stop for up to their wait.
-    server = uvicorn.Server(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
-                                           log_level="warning", access_log=False, timeout_graceful_shutdown=3))
+    server = DrainingServer(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
+                                           log_level="warning", access_log=False, timeout_graceful_shutdown=3),
+                            drain=end_running_jobs)
 
     async def run() -> None:
         serving = asyncio.create_task(server.serve())  # installs its own SIGINT/SIGTERM handlers

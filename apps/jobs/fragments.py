@@ -29,6 +29,7 @@ from apps.metering.selectors import job_money
 
 from .choices import JobKind, JobState, Outcome
 from .models import Job
+from .selectors import end_detail
 from .services import log_read
 from .spec import format_duration
 
@@ -126,7 +127,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     return {
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases,
-        "money": job_money(leases, timezone.now()), "steps": job_steps(job),
+        "money": job_money(leases, timezone.now()), "steps": job_steps(job), "end_detail": end_detail(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",

@@ -30,6 +30,7 @@ from apps.pool.scheduling import job_request, pool_refusal
 from . import live
 from .choices import EndReason, JobState, Outcome
 from .models import AgentReport, Job, JobEvent, LogChunk
+from .sources import source_words
 from .spec import JobSpec, SpecError, parse_spec
 from .state import TransitionError, event_add, transition
 
@@ -342,7 +343,7 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
             EndReason.STAGING_FAILED: "staging failed",
             EndReason.START_FAILED: "command could not start",
         }.get(reason, reason)
-        message = str(report.get("message") or "")[:300]
+        message = source_words(job, str(report.get("message") or ""))[:300]
         end = min(end, job.rented_at + timedelta(seconds=job.time_limit_s))
         transition(job, JobState.OUTPUT, detail=words + (f": {message}" if message else ""), now=end,
                    exit_code=exit_code, end_reason=reason, status_message="packing outputs")

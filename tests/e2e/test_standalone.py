@@ -48,11 +48,26 @@ def test_standalone_runs_a_job_and_stops_leaving_nothing_behind(tmp_path):
             assert time.monotonic() < deadline + 30, job
             time.sleep(0.2)
         assert job["outcome"] == "succeeded" and job["bundle"]["files"][0]["path"] == "out.txt"
-        children = psutil.Process(proc.pid).children(recursive=True)
-        assert len(children) == 2  # the two agents
+        # A job still running when the site is stopped ends as an operator's cancel, outputs packed.
+        long_doc = {"name": "long", "work": {"command": "echo started > partial.txt; sleep 300"},
+                    "compute": {"gpus": 1, "gpu_model": "A100", "time_limit": "10m"},
+                    "output": {"paths": ["partial.txt"]}}
+        long_id = api.post("/api/v1/jobs/", json=long_doc).json()["id"]
+        while (job := api.get(f"/api/v1/jobs/{long_id}/").json())["state"] != "running":
+            assert time.monotonic() < deadline + 60, job
+            time.sleep(0.2)
+        assert len(psutil.Process(proc.pid).children()) == 2  # the two agents
+        children = psutil.Process(proc.pid).children(recursive=True)  # and the long job's shim and command
     finally:
         # SIGTERM (a service manager's stop, `kill`); Ctrl-C's SIGINT is tests/faults/test_standalone_agents.py
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
-    assert code == 0, proc.stdout.read()[-3000:]
+    output = proc.stdout.read()
+    assert code == 0, output[-3000:]
+    assert "stopping 1 running job(s)" in output
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    ended = manage(env, "shell", "-c", "from apps.jobs.models import Job; from apps.artifacts.models import Bundle; "
+                   f"j = Job.objects.get(pk={long_id}); "
+                   f"print(j.state, j.outcome, j.end_reason, [f['path'] for b in Bundle.objects.filter(job=j) "
+                   "for f in b.files])")
+    assert ended.splitlines()[-1] == "released cancelled cancelled ['partial.txt']", ended

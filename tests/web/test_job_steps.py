@@ -1,10 +1,13 @@
 """The steps bar tells each outcome apart: no green check for a failure (issue 16)."""
 import pytest
+from django.core.files.base import ContentFile
 from django.utils import timezone
 
+from apps.artifacts.services import upload_create
 from apps.jobs.fragments import job_steps
 from apps.jobs.models import Job
 from apps.jobs.services import job_cancel, jobs_handle_node_loss
+from apps.jobs.sources import source_words
 
 from .factories import Agent, finished_job, queued_job, rented_job
 
@@ -79,3 +82,23 @@ def test_a_queued_job_says_why_it_waits_once(user, node, web):
     html = web.get(f"/jobs/{job.pk}/").content.decode()
     assert "Why it waits" in html and "Waiting for 1 GPU to come free" in html
     assert "Waiting for</dt>" not in html
+
+
+def test_a_staging_failure_names_the_users_file_and_target_not_the_internal_id(user, node, web):
+    upload = upload_create(owner=user, name="train.csv", fileobj=ContentFile(b"a,b\n1,2\n", name="train.csv"))
+    agent = Agent(rented_job(user, data=[{"source": upload.source, "target": "data/"}]))
+    agent.say("accepted")
+    agent.say("exited", exit_code=None, reason="staging_failed",
+              message=f"{upload.source}: sha256 mismatch: expected {'a' * 64} got {'b' * 64}")
+    agent.bundle({})
+    agent.say("finished")
+    html = web.get(f"/jobs/{agent.job.pk}/").content.decode()
+    assert f"{upload.source}: sha256" not in html  # (the spec shown below still holds the reference)
+    assert 'staging failed: &quot;train.csv&quot; (to data/): sha256 mismatch' in html
+    assert 'class="alert alert-error end-detail">Staging failed: &quot;train.csv&quot;' in html
+
+
+def test_a_foreign_upload_reference_in_a_message_is_left_as_it_is(user, stranger_user, node):
+    theirs = upload_create(owner=stranger_user, name="secret.csv", fileobj=ContentFile(b"x", name="secret.csv"))
+    job = rented_job(user)
+    assert source_words(job, f"{theirs.source}: not found") == f"{theirs.source}: not found"
