@@ -44,13 +44,13 @@ def error_from(resp: httpx.Response) -> CliError:
     except ValueError:
         body = None
     fields = flatten_errors(body) if isinstance(body, dict | list) else {}
-    detail = " ".join(fields.pop("detail", [])) if "detail" in fields else ""
+    detail = " ".join(fields.pop("detail", [])).rstrip(".") if "detail" in fields else ""
     if status in (401, 403):
         hint = " Check the token: `e31 login`, or E31_TOKEN." if status == 401 else ""
         return CliError(f"{detail or 'not allowed'} (HTTP {status}).{hint}", Exit.AUTH, fields=fields, status=status)
     if status == 404:
-        return CliError(detail or "not found (no such job, or not yours)", Exit.NOT_FOUND, fields=fields,
-                        status=status)
+        path = resp.request.url.path if resp.request is not None else ""
+        return CliError(f"not found: {path} (no such job, or not yours)", Exit.NOT_FOUND, status=status)
     if status >= 500:
         return CliError(f"the server failed (HTTP {status}); try again later", Exit.SERVER, status=status)
     if fields:

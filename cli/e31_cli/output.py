@@ -7,6 +7,7 @@ keeps only the log. With ``--json`` errors are a JSON document on stdout too
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -31,8 +32,8 @@ class Out:
 
     def __init__(self, json_mode: bool = False) -> None:
         self.json_mode = json_mode
-        self.console = Console(highlight=False, soft_wrap=False)
-        self.err = Console(stderr=True, highlight=False)
+        self.console = Console(highlight=False, width=_width(sys.stdout))
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def emit(self, data: Any) -> None:
         """One JSON document on stdout (``--json``)."""
@@ -54,9 +55,9 @@ class Out:
         if not self.json_mode:
             self.err.print(text)
 
-    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None) -> None:
+    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, header: bool = True) -> None:
         """A table on stdout; cells are rich markup (escape user text with :func:`cell`)."""
-        table = Table(*columns, title=title, box=None, header_style="bold", pad_edge=False)
+        table = Table(*columns, box=None, header_style="bold", pad_edge=False, show_header=header)
         for row in rows:
             table.add_row(*("" if v is None else str(v) for v in row))
         self.console.print(table)
@@ -70,6 +71,17 @@ class Out:
         for field, messages in exc.fields.items():
             for message in messages:
                 self.err.print(f"  [bold]{escape(field)}[/]: {escape(message)}")
+
+
+def _width(stream: Any) -> int | None:
+    """Rich's own width on a terminal; elsewhere (a pipe, a file) ``$COLUMNS`` or 200, so that
+    tables are not squeezed into 80 columns."""
+    if stream.isatty():
+        return None
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "200")))
+    except ValueError:
+        return 200
 
 
 def cell(value: Any) -> str:

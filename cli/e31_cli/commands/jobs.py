@@ -190,7 +190,8 @@ def status(args: argparse.Namespace, ctx: Ctx) -> int:
     if job.get("status_message"):
         rows.append(("message", cell(job["status_message"])))
     if job["state"] == "queued":
-        rows += [("queue position", job.get("queue_position")), ("estimated start", when(job.get("estimated_start_at"))),
+        rows += [("queue position", job.get("queue_position")),
+                 ("estimated start", when(job.get("estimated_start_at"))),
                  ("waiting for", cell(job.get("pending_reason")))]
     rows += [("GPUs", _gpus(job)), ("submitted", when(job["submitted_at"])), ("rented", when(job.get("rented_at"))),
              ("run started", when(job.get("run_started_at"))), ("run ended", when(job.get("run_ended_at"))),
@@ -201,7 +202,7 @@ def status(args: argparse.Namespace, ctx: Ctx) -> int:
     if bundle:
         rows.append(("bundle", f"{size(bundle.get('size_bytes'))}, {len(bundle.get('files') or [])} files "
                                f"(e31 get {job['id']})"))
-    ctx.out.table(["", ""], [(f"[bold]{k}[/]", v) for k, v in rows if v not in (None, "")])
+    ctx.out.table(["", ""], [(f"[bold]{k}[/]", v) for k, v in rows if v not in (None, "")], header=False)
     ctx.out.print("")
     ctx.out.table(["TIME", "FROM", "TO", "DETAIL"], [
         (when(e["at"]), cell(e["from_state"]), cell(e["to_state"]), cell(e["detail"])) for e in events])
