@@ -187,7 +187,7 @@ def status(args: argparse.Namespace, ctx: Ctx) -> int:
         ctx.out.emit({**job, "events": events})
         return outcome_exit([job])
     rows: list[tuple[str, Any]] = [("job", f"[bold]{job['id']}[/] {_name(job)}"), ("state", state_text(job))]
-    if job.get("status_message"):
+    if job.get("status_message") and job["status_message"] != job["state"]:
         rows.append(("message", cell(job["status_message"])))
     if job["state"] == "queued":
         rows += [("queue position", job.get("queue_position")),
