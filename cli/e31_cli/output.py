@@ -28,10 +28,12 @@ class Out:
 
     Args:
         json_mode: print one JSON document (``emit``) instead of tables and messages.
+        quiet: print only what :meth:`ids` prints (``submit -q``: ids for a script).
     """
 
-    def __init__(self, json_mode: bool = False) -> None:
+    def __init__(self, json_mode: bool = False, *, quiet: bool = False) -> None:
         self.json_mode = json_mode
+        self.quiet = quiet
         self.console = Console(highlight=False, width=_width(sys.stdout))
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -45,14 +47,19 @@ class Out:
         sys.stdout.write(json.dumps(data, default=str) + "\n")
         sys.stdout.flush()
 
+    def ids(self, ids: Iterable[int]) -> None:
+        """Job ids on stdout, one a line (``-q``)."""
+        sys.stdout.write("".join(f"{i}\n" for i in ids))
+        sys.stdout.flush()
+
     def print(self, text: str) -> None:
-        """Rich text on stdout (people only; ignored with ``--json``)."""
-        if not self.json_mode:
+        """Rich text on stdout (people only; ignored with ``--json`` and ``-q``)."""
+        if not self.json_mode and not self.quiet:
             self.console.print(text)
 
     def note(self, text: str) -> None:
-        """A notice on stderr (people only; ignored with ``--json``)."""
-        if not self.json_mode:
+        """A notice on stderr (people only; ignored with ``--json`` and ``-q``)."""
+        if not self.json_mode and not self.quiet:
             self.err.print(text)
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, header: bool = True) -> None:
@@ -67,7 +74,7 @@ class Out:
         if self.json_mode:
             self.emit(exc.to_json())
             return
-        self.err.print(f"[bold red]error:[/] {escape(exc.message)}")
+        self.err.print(f"[bold red]error:[/] {escape(exc.message)}")  # shown even with -q
         for field, messages in exc.fields.items():
             for message in messages:
                 self.err.print(f"  [bold]{escape(field)}[/]: {escape(message)}")

@@ -108,7 +108,9 @@ def test_logs_follow_prints_lines_while_the_job_runs(live, tmp_path):
     spec = write_spec(tmp_path, "name: ticker\n"
                                 "work: {command: 'for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done'}\n"
                                 "compute: {gpus: 1, time_limit: 2m}\noutput: {paths: []}\n")
-    job = json.loads(live.e31("--json", "submit", str(spec)).stdout)
+    quiet = live.e31("submit", "-q", str(spec))  # the id alone, for a script: ID=$(e31 submit -q job.yaml)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    job = {"id": int(quiet.stdout)}
     proc = live.popen("logs", "-f", str(job["id"]))
     first = proc.stdout.readline()
     seen_at = time.monotonic()

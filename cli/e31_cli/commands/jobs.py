@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                                    "--watch, 0 only when the job (every task of an array) succeeded.")
     p.add_argument("spec", metavar="SPEC", help="the job spec file, e.g. examples/training/job.yaml")
     p.add_argument("-w", "--watch", action="store_true", help="follow the job to its end, streaming its log")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the job id (an array: its job ids, one a line); no log, no notes")
     p.set_defaults(func=submit)
 
     p = sub.add_parser("ls", parents=[common], help="my jobs, newest first")
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("rerun", parents=[common], help="run a job again: same spec, same uploaded files")
     p.add_argument("job_id", metavar="ID", type=int)
     p.add_argument("-w", "--watch", action="store_true", help="follow the new job to its end, streaming its log")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new job's id; no log, no notes")
     p.set_defaults(func=rerun)
 
     p = sub.add_parser("price", parents=[common], help="validate a spec and price its worst case (nothing is run)",
@@ -78,6 +81,8 @@ def _post_spec(api: Api, spec: SpecFile, *, dry_run: bool = False) -> dict[str, 
 def submit(args: argparse.Namespace, ctx: Ctx) -> int:
     """``POST /api/v1/jobs/`` (multipart: the spec and its files); with ``--watch``, follow it."""
     spec = read_spec(args.spec)
+    if args.quiet and not ctx.out.json_mode:
+        ctx.out = Out(quiet=True)
     with ctx.api() as api:
         if spec.attachments:
             total = sum(path.stat().st_size for _, path in spec.attachments)
@@ -89,6 +94,8 @@ def submit(args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 def _submitted_job(api: Api, out: Out, job: dict[str, Any], *, watch: bool, verb: str) -> int:
+    if out.quiet:
+        out.ids([job["id"]])
     if not watch:
         if out.json_mode:
             out.emit(job)
@@ -97,7 +104,7 @@ def _submitted_job(api: Api, out: Out, job: dict[str, Any], *, watch: bool, verb
         return Exit.OK
     out.note(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])}; following it (Ctrl-C stops following, "
              "not the job)")
-    final = follow_job(api, out, job["id"], log=None if out.json_mode else _raw)
+    final = follow_job(api, out, job["id"], log=None if out.json_mode or out.quiet else _raw)
     return _finished([final], out, emit=final)
 
 
@@ -107,6 +114,8 @@ def _raw(chunk: dict[str, Any]) -> None:
 
 def _submitted_array(api: Api, out: Out, created: dict[str, Any], *, watch: bool) -> int:
     array_id, ids = created["array_id"], created["job_ids"]
+    if out.quiet:
+        out.ids(ids)
     if not watch:
         if out.json_mode:
             out.emit(created)
@@ -117,7 +126,7 @@ def _submitted_array(api: Api, out: Out, created: dict[str, Any], *, watch: bool
     out.note(f"Submitted array [bold]{array_id}[/] {cell(created['name'])}: {len(ids)} tasks, jobs "
              f"{ids[0]}..{ids[-1]}; following it (`e31 logs -f ID` shows one task's log)")
     tasks = follow_array(api, out, array_id)
-    if not out.json_mode:
+    if not out.json_mode and not out.quiet:
         out.table(["TASK", "JOB", "STATE", "EXIT", "COST"],
                   [(t["array_index"], t["id"], state_text(t), t.get("exit_code"), t.get("cost")) for t in tasks])
     return _finished(tasks, out, emit={**created, "jobs": tasks})
@@ -223,6 +232,8 @@ def cancel(args: argparse.Namespace, ctx: Ctx) -> int:
 
 def rerun(args: argparse.Namespace, ctx: Ctx) -> int:
     """``POST /api/v1/jobs/{id}/rerun/``: a new job, same spec and uploads; ``--watch`` follows it."""
+    if args.quiet and not ctx.out.json_mode:
+        ctx.out = Out(quiet=True)
     with ctx.api() as api:
         job = api.json("POST", f"/jobs/{args.job_id}/rerun/")
         return _submitted_job(api, ctx.out, job, watch=args.watch, verb=f"Job {args.job_id} re-run as")
