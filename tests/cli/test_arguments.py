@@ -178,3 +178,12 @@ def test_outcomes_make_the_exit_code():
                          {"state": "released", "outcome": "timed_out"}]) == Exit.JOB_FAILED
     assert outcome_exit([{"state": "running", "outcome": None}]) == Exit.PENDING
     assert poll_interval(0) == 0.5 and poll_interval(3600) == 3.0
+
+
+def test_names_with_brackets_are_shown_as_written():
+    from e31_cli.commands.jobs import _name
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(_name({"name": "sweep [bold]x[/bold]", "array_id": 3, "array_index": 1}))
+    assert console.export_text().strip() == "sweep [bold]x[/bold] [array 3 #1]"

@@ -164,8 +164,10 @@ def ls(args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 def _name(job: dict[str, Any]) -> str:
-    tag = f" [dim][array {job['array_id']} #{job['array_index']}][/]" if job.get("array_id") else ""
-    return cell(job["name"]) + tag
+    if not job.get("array_id"):
+        return cell(job["name"])
+    tag = cell(f"[array {job['array_id']} #{job['array_index']}]")  # brackets are rich markup: escaped
+    return f"{cell(job['name'])} [dim]{tag}[/]"
 
 
 def _gpus(job: dict[str, Any]) -> str:
