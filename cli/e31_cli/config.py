@@ -71,7 +71,8 @@ def save_file(path: Path, *, url: str, token: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.fchmod(fd, 0o600)  # an older tmp file may have had another mode
+        if hasattr(os, "fchmod"):  # POSIX: an older tmp file may have had another mode
+            os.fchmod(fd, 0o600)
         os.write(fd, (json.dumps({"url": url, "token": token}, indent=1) + "\n").encode())
     finally:
         os.close(fd)

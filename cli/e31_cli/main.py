@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.error(exc)
         return int(exc.code)
     except KeyboardInterrupt:
-        out.note("[yellow]interrupted[/]")
+        out.note("[yellow]interrupted[/] (a job being followed goes on; `e31 cancel ID` stops it)")
         return int(Exit.INTERRUPTED)
     except BrokenPipeError:  # `e31 logs 7 | head`: the reader left; not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
