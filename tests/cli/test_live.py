@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -217,6 +218,11 @@ def test_a_failing_job_exits_1_and_cancel_stops_a_running_one(live, tmp_path):
         time.sleep(0.3)
     running = live.e31("status", str(job["id"]))
     assert running.returncode == 3 and "running" in running.stdout  # not ended yet
+    following = live.popen("logs", "-f", str(job["id"]))
+    assert following.stdout.readline().strip() == "started"
+    following.send_signal(signal.SIGINT)  # Ctrl-C stops following, not the job
+    _, stderr = following.communicate(timeout=30)
+    assert following.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
     r = live.e31("--json", "cancel", str(job["id"]))
     assert r.returncode == 0 and json.loads(r.stdout)["cancel"]["effect"] == "stopping"
     r = live.e31("logs", "-f", str(job["id"]))  # follows to the end of the stop
