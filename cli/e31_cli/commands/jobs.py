@@ -133,18 +133,18 @@ def _submitted_array(api: Api, out: Out, created: dict[str, Any], *, watch: bool
 
 
 def _finished(jobs: list[dict[str, Any]], out: Out, *, emit: dict[str, Any]) -> int:
-    code = outcome_exit(jobs)
+    """The end of a followed submit: a summary (or ``emit`` with ``--json``); the exit code by outcome."""
     if out.json_mode:
         out.emit(emit)
+    elif len(jobs) == 1:
+        job = jobs[0]
+        message = f": {cell(job['status_message'])}" if job.get("status_message") else ""
+        out.note(f"job {job['id']} {state_text(job)}{message}; billed {duration(job.get('billed_seconds'))}, "
+                 f"cost {job.get('cost')}")
     else:
-        for job in jobs if len(jobs) == 1 else []:
-            message = f": {cell(job['status_message'])}" if job.get("status_message") else ""
-            out.note(f"job {job['id']} {state_text(job)}{message}; billed {duration(job.get('billed_seconds'))}, "
-                     f"cost {job.get('cost')}")
-        if len(jobs) > 1:
-            done = sum(j.get("outcome") == "succeeded" for j in jobs)
-            out.note(f"{done} of {len(jobs)} tasks succeeded")
-    return code
+        done = sum(j.get("outcome") == "succeeded" for j in jobs)
+        out.note(f"{done} of {len(jobs)} tasks succeeded")
+    return outcome_exit(jobs)
 
 
 def ls(args: argparse.Namespace, ctx: Ctx) -> int:
