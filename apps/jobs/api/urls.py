@@ -14,6 +14,7 @@ urlpatterns = [
     path("jobs/", views.JobListCreateView.as_view(), name="job-list"),
     path("jobs/<id:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<id:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("jobs/<id:pk>/rerun/", views.JobRerunView.as_view(), name="job-rerun"),
     path("jobs/<id:pk>/events/", views.JobEventsView.as_view(), name="job-events"),
     path("jobs/<id:pk>/logs/", views.JobLogsView.as_view(), name="job-logs"),
     path("jobs/<id:pk>/bundle/", views.JobBundleView.as_view(), name="job-bundle"),

@@ -26,6 +26,7 @@ from apps.pool.selectors import pool_summary
 
 from ..arrays import ArrayCounts, ArraySubmitted, array_cancel, array_counts, arrays_of, spec_submit
 from ..choices import JobState
+from ..rerun import job_rerun
 from ..selectors import jobs_of
 from ..services import CancelEffect, job_cancel_effect, log_read
 from ..spec import SpecError, load_yaml
@@ -127,6 +128,17 @@ class JobCancelView(APIView):
         job, effect = job_cancel_effect(job=_own_job(request, pk), by=request.user)
         data = JobSerializer(job, context={"request": request}).data
         return Response({**data, "cancel": {"effect": effect.value, "detail": CANCEL_DETAIL[effect]}})
+
+
+class JobRerunView(APIView):
+    @extend_schema(request=None, responses={201: JobSerializer},
+                   description="Run a job again: a new job (201) from its spec and the same uploaded files, "
+                               "owned by you; a task of an array is re-run as one job. 400 naming "
+                               "`data[i].source` when an uploaded file is no longer kept.")
+    def post(self, request, pk: int):
+        job = job_rerun(job=_own_job(request, pk), by=request.user)
+        data = JobSerializer(job, context={"request": request}).data
+        return Response({**data, "rerun_of": pk}, status=status.HTTP_201_CREATED)
 
 
 class JobEventsView(APIView):

@@ -1,0 +1,71 @@
+"""Run a job again (issue 16 item 4): a new job from the same spec and the same uploaded files.
+
+``POST /api/v1/jobs/{id}/rerun/`` calls :func:`job_rerun`. The new job is an ordinary submit
+(validation against today's pool and limits, spend limit, queue), owned by the caller, with
+"re-run of job N" in its timeline. A task of a job array is re-run as one job (its spec
+without ``array``).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from apps.artifacts.models import Upload
+
+from .models import Job
+from .services import job_submit
+from .spec import SpecError
+from .state import event_add
+
+
+def rerun_document(job: Job) -> dict[str, Any]:
+    """The spec document a re-run of ``job`` submits: the stored (validated) spec, without ``array``.
+
+    Its ``upload:`` sources are already ``upload:<id>`` (the submit rewrote attached file
+    names to the ids of the stored uploads), so the same files are staged again.
+    """
+    return {key: value for key, value in job.spec.items() if key != "array"}
+
+
+def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser) -> dict[str, list[str]]:
+    """``{"data[i].source": [message]}`` for each ``upload:<id>`` of ``document`` that ``owner``
+    no longer has (the message names the file's target, never the internal id)."""
+    refs: dict[int, uuid.UUID | None] = {}
+    for i, item in enumerate(document.get("data") or []):
+        source = item.get("source") or ""
+        if source.startswith("upload:"):
+            try:
+                refs[i] = uuid.UUID(source[len("upload:"):])
+            except ValueError:
+                refs[i] = None
+    kept = set(Upload.objects.filter(owner=owner, pk__in=[r for r in refs.values() if r]).values_list("pk", flat=True))
+    return {f"data[{i}].source": [f"The file uploaded for {document['data'][i].get('target') or 'this input'} is "
+                                  "no longer kept; submit the spec again with the file attached."]
+            for i, ref in refs.items() if ref not in kept}
+
+
+def job_rerun(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Submit a new job with ``job``'s spec and uploads, owned by ``by`` (who must own ``job``).
+
+    The new job is checked as any submit is (:func:`apps.jobs.services.job_submit`): the pool,
+    the time limit maximum, the monthly spend limit. The original job is not changed.
+
+    Raises:
+        PermissionDenied: ``by`` does not own ``job`` (the API answers 404 before this).
+        SpecError: an uploaded input is no longer kept (``{"data[i].source": [...]}``), or the
+            spec no longer passes a submit's checks (same errors as a submit).
+    """
+    if job.owner_id != by.pk:
+        raise PermissionDenied("only the owner of a job can run it again")
+    document = rerun_document(job)
+    missing = uploads_missing(document, owner=by)
+    if missing:
+        raise SpecError(missing)
+    with transaction.atomic():
+        new = job_submit(owner=by, document=document)
+        event_add(new, detail=f"re-run of job {job.pk}")
+    return new

@@ -1,0 +1,266 @@
+"""Jobs: ``e31 submit``, ``ls``, ``status``, ``cancel``, ``rerun`` and ``price``."""
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..client import Api
+from ..errors import Exit
+from ..follow import follow_array, follow_job, outcome_exit, write_raw
+from ..output import Out, cell, duration, size, state_text, when
+from ..specfile import SpecFile, read_spec
+
+if TYPE_CHECKING:
+    from ..main import Ctx
+
+STATES = ("queued", "rented", "running", "output", "released")
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Add the job commands."""
+    p = sub.add_parser("submit", parents=[common], help="submit a job spec (attaching its upload: files)",
+                       description="Submit SPEC (YAML or JSON, SPEC §2). Every `upload:<name>` in its data is "
+                                   "looked for beside the spec and attached. Exit 0 once accepted; with "
+                                   "--watch, 0 only when the job (every task of an array) succeeded.")
+    p.add_argument("spec", metavar="SPEC", help="the job spec file, e.g. examples/training/job.yaml")
+    p.add_argument("-w", "--watch", action="store_true", help="follow the job to its end, streaming its log")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the job id (an array: its job ids, one a line); no log, no notes")
+    p.set_defaults(func=submit)
+
+    p = sub.add_parser("ls", parents=[common], help="my jobs, newest first")
+    p.add_argument("--state", choices=STATES, help="only jobs in this state")
+    p.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
+    p.add_argument("-a", "--all", action="store_true", help="every job (all pages)")
+    p.set_defaults(func=ls)
+
+    p = sub.add_parser("status", parents=[common], help="one job: state, times, cost, bundle, timeline",
+                       description="Exit 0: the job succeeded; 1: it ended otherwise; 3: not ended yet.")
+    p.add_argument("job_id", metavar="ID", type=int)
+    p.set_defaults(func=status)
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p.add_argument("job_id", metavar="ID", type=int)
+    p.set_defaults(func=cancel)
+
+    p = sub.add_parser("rerun", parents=[common], help="run a job again: same spec, same uploaded files")
+    p.add_argument("job_id", metavar="ID", type=int)
+    p.add_argument("-w", "--watch", action="store_true", help="follow the new job to its end, streaming its log")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new job's id; no log, no notes")
+    p.set_defaults(func=rerun)
+
+    p = sub.add_parser("price", parents=[common], help="validate a spec and price its worst case (nothing is run)",
+                       description="A dry run of submit: the spec is checked as a submit checks it, priced at "
+                                   "its worst case (time limit x GPUs x the highest rate of its models) and "
+                                   "held against your monthly spend limit. Exit 4 when it would not fit.")
+    p.add_argument("spec", metavar="SPEC")
+    p.set_defaults(func=price)
+
+
+def _multipart(spec: SpecFile, *, names_only: bool = False) -> tuple[dict[str, str], list[tuple[str, Any]]]:
+    """The form (``spec``) and files of a multipart submit; ``names_only``: empty files that
+    carry only the names (a dry run counts attachments by name)."""
+    files: list[tuple[str, Any]] = []
+    for name, path in spec.attachments:
+        files.append(("files", (name, b"" if names_only else path.open("rb"), "application/octet-stream")))
+    return {"spec": spec.text}, files
+
+
+def _post_spec(api: Api, spec: SpecFile, *, dry_run: bool = False) -> dict[str, Any]:
+    data, files = _multipart(spec, names_only=dry_run)
+    try:
+        return api.json("POST", "/jobs/", params={"dry_run": "1"} if dry_run else None, data=data,
+                        files=files or None)
+    finally:
+        for _field, (_name, fh, _type) in files:
+            if hasattr(fh, "close"):
+                fh.close()
+
+
+def submit(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``POST /api/v1/jobs/`` (multipart: the spec and its files); with ``--watch``, follow it."""
+    spec = read_spec(args.spec)
+    if args.quiet and not ctx.out.json_mode:
+        ctx.out = Out(quiet=True)
+    with ctx.api() as api:
+        if spec.attachments:
+            total = sum(path.stat().st_size for _, path in spec.attachments)
+            ctx.out.note(f"[dim]attaching {', '.join(cell(n) for n, _ in spec.attachments)} ({size(total)})[/]")
+        created = _post_spec(api, spec)
+        if "job_ids" in created:  # a job array
+            return _submitted_array(api, ctx.out, created, watch=args.watch)
+        return _submitted_job(api, ctx.out, created, watch=args.watch, verb="Submitted")
+
+
+def _submitted_job(api: Api, out: Out, job: dict[str, Any], *, watch: bool, verb: str) -> int:
+    if out.quiet:
+        out.ids([job["id"]])
+    if not watch:
+        if out.json_mode:
+            out.emit(job)
+        else:
+            out.print(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])} ({state_text(job)})")
+        return Exit.OK
+    out.note(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])}; following it (Ctrl-C stops following, "
+             "not the job)")
+    final = follow_job(api, out, job["id"], log=None if out.json_mode or out.quiet else _raw)
+    return _finished([final], out, emit=final)
+
+
+def _raw(chunk: dict[str, Any]) -> None:
+    write_raw(chunk["data"])
+
+
+def _submitted_array(api: Api, out: Out, created: dict[str, Any], *, watch: bool) -> int:
+    array_id, ids = created["array_id"], created["job_ids"]
+    if out.quiet:
+        out.ids(ids)
+    if not watch:
+        if out.json_mode:
+            out.emit(created)
+        else:
+            out.print(f"Submitted array [bold]{array_id}[/] {cell(created['name'])}: {len(ids)} tasks, "
+                      f"jobs {ids[0]}..{ids[-1]}")
+        return Exit.OK
+    out.note(f"Submitted array [bold]{array_id}[/] {cell(created['name'])}: {len(ids)} tasks, jobs "
+             f"{ids[0]}..{ids[-1]}; following it (`e31 logs -f ID` shows one task's log)")
+    tasks = follow_array(api, out, array_id)
+    if not out.json_mode and not out.quiet:
+        out.table(["TASK", "JOB", "STATE", "EXIT", "COST"],
+                  [(t["array_index"], t["id"], state_text(t), t.get("exit_code"), t.get("cost")) for t in tasks])
+    return _finished(tasks, out, emit={**created, "jobs": tasks})
+
+
+def _finished(jobs: list[dict[str, Any]], out: Out, *, emit: dict[str, Any]) -> int:
+    """The end of a followed submit: a summary (or ``emit`` with ``--json``); the exit code by outcome."""
+    if out.json_mode:
+        out.emit(emit)
+    elif len(jobs) == 1:
+        job = jobs[0]
+        message = f": {cell(job['status_message'])}" if job.get("status_message") else ""
+        out.note(f"job {job['id']} {state_text(job)}{message}; billed {duration(job.get('billed_seconds'))}, "
+                 f"cost {job.get('cost')}")
+    else:
+        done = sum(j.get("outcome") == "succeeded" for j in jobs)
+        out.note(f"{done} of {len(jobs)} tasks succeeded")
+    return outcome_exit(jobs)
+
+
+def ls(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``GET /api/v1/jobs/`` as a table (or a JSON list)."""
+    with ctx.api() as api:
+        jobs = api.jobs(state=args.state, limit=None if args.all else max(args.limit, 1))
+    if ctx.out.json_mode:
+        ctx.out.emit(jobs)
+        return Exit.OK
+    if not jobs:
+        ctx.out.note("No jobs yet. Submit one: e31 submit examples/training/job.yaml")
+        return Exit.OK
+    ctx.out.table(["ID", "NAME", "STATE", "GPUS", "SUBMITTED", "RUN", "COST"], [
+        (j["id"], _name(j), state_text(j), _gpus(j), when(j["submitted_at"]), duration(_run_seconds(j)),
+         j.get("cost")) for j in jobs])
+    return Exit.OK
+
+
+def _name(job: dict[str, Any]) -> str:
+    if not job.get("array_id"):
+        return cell(job["name"])
+    tag = cell(f"[array {job['array_id']} #{job['array_index']}]")  # brackets are rich markup: escaped
+    return f"{cell(job['name'])} [dim]{tag}[/]"
+
+
+def _gpus(job: dict[str, Any]) -> str:
+    compute = (job.get("spec") or {}).get("compute") or {}
+    gpus, nodes = compute.get("gpus"), compute.get("nodes") or 1
+    model = compute.get("gpu_model")
+    models = "/".join(model) if isinstance(model, list) else (model or "")
+    count = f"{gpus}" if nodes == 1 else f"{nodes}x{gpus}"
+    return cell(f"{count} {models}".strip())
+
+
+def _run_seconds(job: dict[str, Any]) -> float | None:
+    start = job.get("run_started_at")
+    if not start:
+        return None
+    end = job.get("run_ended_at")
+    t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    t1 = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else datetime.now(t0.tzinfo)
+    return max(0.0, (t1 - t0).total_seconds())
+
+
+def status(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``GET /api/v1/jobs/{id}/`` and its timeline. Exit 0 succeeded, 1 ended otherwise, 3 not ended."""
+    with ctx.api() as api:
+        job = api.job(args.job_id)
+        events = api.events(args.job_id)
+    if ctx.out.json_mode:
+        ctx.out.emit({**job, "events": events})
+        return outcome_exit([job])
+    rows: list[tuple[str, Any]] = [("job", f"[bold]{job['id']}[/] {_name(job)}"), ("state", state_text(job))]
+    if job.get("status_message") and job["status_message"] != job["state"]:
+        rows.append(("message", cell(job["status_message"])))
+    if job["state"] == "queued":
+        rows += [("queue position", job.get("queue_position")),
+                 ("estimated start", when(job.get("estimated_start_at"))),
+                 ("waiting for", cell(job.get("pending_reason")))]
+    rows += [("GPUs", _gpus(job)), ("submitted", when(job["submitted_at"])), ("rented", when(job.get("rented_at"))),
+             ("run started", when(job.get("run_started_at"))), ("run ended", when(job.get("run_ended_at"))),
+             ("released", when(job.get("released_at"))), ("exit code", job.get("exit_code")),
+             ("attempts", f"{job['attempts']} of {job['max_attempts']}"),
+             ("billed", duration(job.get("billed_seconds"))), ("cost", job.get("cost"))]
+    bundle = job.get("bundle")
+    if bundle:
+        rows.append(("bundle", f"{size(bundle.get('size_bytes'))}, {len(bundle.get('files') or [])} files "
+                               f"(e31 get {job['id']})"))
+    ctx.out.table(["", ""], [(f"[bold]{k}[/]", v) for k, v in rows if v not in (None, "")], header=False)
+    ctx.out.print("")
+    ctx.out.table(["TIME", "FROM", "TO", "DETAIL"], [
+        (when(e["at"]), cell(e["from_state"]), cell(e["to_state"]), cell(e["detail"])) for e in events])
+    return outcome_exit([job])
+
+
+def cancel(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``POST /api/v1/jobs/{id}/cancel/``: says what the cancel did."""
+    with ctx.api() as api:
+        job = api.json("POST", f"/jobs/{args.job_id}/cancel/")
+    if ctx.out.json_mode:
+        ctx.out.emit(job)
+    else:
+        effect = job.get("cancel") or {}
+        ctx.out.print(f"job [bold]{job['id']}[/]: {cell(effect.get('effect'))}. {cell(effect.get('detail'))}")
+    return Exit.OK
+
+
+def rerun(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``POST /api/v1/jobs/{id}/rerun/``: a new job, same spec and uploads; ``--watch`` follows it."""
+    if args.quiet and not ctx.out.json_mode:
+        ctx.out = Out(quiet=True)
+    with ctx.api() as api:
+        job = api.json("POST", f"/jobs/{args.job_id}/rerun/")
+        return _submitted_job(api, ctx.out, job, watch=args.watch, verb=f"Job {args.job_id} re-run as")
+
+
+def price(args: argparse.Namespace, ctx: Ctx) -> int:
+    """``POST /api/v1/jobs/?dry_run=1``: worst case and spend limit. Exit 4 when it would not fit."""
+    spec = read_spec(args.spec)
+    with ctx.api() as api:
+        quote = _post_spec(api, spec, dry_run=True)
+    limit = quote.get("spend_limit") or {}
+    fits = limit.get("fits", True) is not False
+    if ctx.out.json_mode:
+        ctx.out.emit(quote)
+        return Exit.OK if fits else Exit.INVALID
+    tasks = quote.get("tasks") or 1
+    per = f"{tasks} tasks x " if tasks > 1 else ""
+    ctx.out.print(f"Valid. Worst case [bold]${quote['worst_case']}[/] ({per}{quote['gpus']} GPU(s) x "
+                  f"{quote['time_limit']} at the highest rate of the models it accepts).")
+    ctx.out.table(["GPU MODEL", "RATE / GPU-HOUR", "WORST CASE PER TASK"], [
+        (cell(r["gpu_model"]), r["rate_per_gpu_hour"], r["worst_case"]) for r in quote.get("by_model", [])])
+    if limit.get("limit") is None:
+        ctx.out.print("No monthly spend limit.")
+    else:
+        verdict = "[green]fits[/]" if fits else f"[red]does not fit: short by ${limit.get('shortfall')}[/]"
+        ctx.out.print(f"Monthly spend limit ${limit['limit']}: spent ${limit.get('spent')}, committed "
+                      f"${limit.get('committed')}, left ${limit.get('left')}; this job {verdict}.")
+    return Exit.OK if fits else Exit.INVALID

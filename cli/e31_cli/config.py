@@ -1,0 +1,129 @@
+"""Where ``e31`` finds the server and the token.
+
+Precedence, highest first: the ``--url`` option (URL only), the environment
+(``E31_URL``, ``E31_TOKEN``), then the file ``e31 login`` wrote:
+``$E31_CONFIG_DIR/config.json``, else ``$XDG_CONFIG_HOME/e31/config.json``,
+else ``~/.config/e31/config.json`` (``%APPDATA%\\e31`` on Windows). The file
+is written with mode 0600 in a 0700 directory: it holds an API token.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .errors import usage
+
+FILE_NAME = "config.json"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server base URL (no trailing slash) and API token, with where each came from
+    (``"option"``, ``"env"``, ``"file"`` or ``""`` when unset)."""
+
+    url: str
+    token: str
+    url_from: str
+    token_from: str
+
+
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The directory of the config file (see the module docstring for the order)."""
+    env = os.environ if environ is None else environ
+    if env.get("E31_CONFIG_DIR"):
+        return Path(env["E31_CONFIG_DIR"])
+    if os.name == "nt" and env.get("APPDATA"):
+        return Path(env["APPDATA"]) / "e31"
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "e31"
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The config file ``e31 login`` writes."""
+    return config_dir(environ) / FILE_NAME
+
+
+def load_file(path: Path) -> dict[str, str]:
+    """The saved ``{"url", "token"}``; empty when there is no file.
+
+    Raises:
+        CliError: (usage, exit 2) the file exists but is not a JSON object.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise usage(f"cannot read {path}: {exc}; run `e31 login` again") from None
+    if not isinstance(data, dict):
+        raise usage(f"{path} is not a JSON object; run `e31 login` again")
+    return {k: str(v) for k, v in data.items() if k in ("url", "token") and v}
+
+
+def save_file(path: Path, *, url: str, token: str) -> None:
+    """Write ``{"url", "token"}`` to ``path``, mode 0600 from the first byte (directory 0700),
+    replacing the old file atomically."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        if hasattr(os, "fchmod"):  # POSIX: an older tmp file may have had another mode
+            os.fchmod(fd, 0o600)
+        os.write(fd, (json.dumps({"url": url, "token": token}, indent=1) + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def normalize_url(url: str) -> str:
+    """``url`` checked and without trailing slashes or a trailing ``/api/v1``.
+
+    Raises:
+        CliError: (usage, exit 2) not an http(s) URL with a host.
+    """
+    url = url.strip().rstrip("/")
+    if url.endswith("/api/v1"):
+        url = url[: -len("/api/v1")]
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise usage(f"URL {url!r} is not an http:// or https:// address, e.g. http://127.0.0.1:8031")
+    return url
+
+
+def resolve(*, url_option: str | None = None, environ: Mapping[str, str] | None = None,
+            path: Path | None = None) -> Settings:
+    """The settings in force: option over environment over file.
+
+    Raises:
+        CliError: (usage, exit 2) a URL that is not http(s), or an unreadable config file.
+    """
+    env = os.environ if environ is None else environ
+    saved = load_file(path or config_path(env))
+    url, url_from = "", ""
+    for value, source in ((url_option, "option"), (env.get("E31_URL"), "env"), (saved.get("url"), "file")):
+        if value:
+            url, url_from = normalize_url(value), source
+            break
+    token, token_from = "", ""
+    for value, source in ((env.get("E31_TOKEN"), "env"), (saved.get("token"), "file")):
+        if value:
+            token, token_from = value.strip(), source
+            break
+    return Settings(url=url, token=token, url_from=url_from, token_from=token_from)
+
+
+def require(settings: Settings) -> Settings:
+    """``settings`` when both the URL and the token are known.
+
+    Raises:
+        CliError: (usage, exit 2) naming what is missing and how to set it.
+    """
+    missing = [name for name, value in (("URL", settings.url), ("token", settings.token)) if not value]
+    if missing:
+        raise usage(f"no server {' or '.join(missing)} configured: run `e31 login`, "
+                    "or set E31_URL and E31_TOKEN")
+    return settings
