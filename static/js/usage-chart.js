@@ -15,7 +15,8 @@
       datasets.push({type: "bar", label: model + " GPU-h", data: chart.gpu_hours[model], stack: "hours",
                      backgroundColor: colour, yAxisID: "y"});
     });
-    chart.models.forEach(function (model, i) {
+    // A cost line needs two days at least: over one day it would be stray dots (the table has the cost).
+    if (chart.days.length > 1) chart.models.forEach(function (model, i) {
       var colour = palette[i % palette.length];
       datasets.push({type: "line", label: model + " $", data: chart.cost[model], borderColor: colour,
                      backgroundColor: colour, borderDash: [4, 3], tension: 0.2, yAxisID: "y1"});
@@ -31,8 +32,8 @@
         scales: {
           x: {stacked: true},
           y: {stacked: true, beginAtZero: true, title: {display: true, text: "GPU-hours"}},
-          y1: {position: "right", beginAtZero: true, grid: {drawOnChartArea: false},
-               title: {display: true, text: "cost (USD)"}}
+          y1: {display: chart.days.length > 1, position: "right", beginAtZero: true,
+               grid: {drawOnChartArea: false}, title: {display: true, text: "cost (USD)"}}
         }
       }
     });
