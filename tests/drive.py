@@ -75,7 +75,7 @@ class Agent:
     def _wait(self, seconds: float) -> None:
         if seconds:
             if self.clock is None:
-                raise ValueError("Agent: a step of %s s needs the frozen clock (Agent(job, clock))" % seconds)
+                raise ValueError(f"Agent: a step of {seconds} s needs the frozen clock (Agent(job, clock))")
             self.clock.advance(seconds)
 
     def start(self, *, staging_s: float = 0) -> Job:

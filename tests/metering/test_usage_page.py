@@ -11,8 +11,8 @@ from django.test import Client
 from apps.metering.models import AccountProfile
 from apps.metering.selectors import CSV_COLUMNS
 
-from ..factories import UserFactory, node_with_gpus
 from ..drive import Agent, finished_job, placed, queued_job, rented_job
+from ..factories import UserFactory, node_with_gpus
 
 pytestmark = pytest.mark.django_db
 
