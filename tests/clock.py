@@ -6,6 +6,10 @@
 and the factories all read the frozen time. Monotonic clocks (timeouts of the database and Redis
 clients) keep running. States are reached through the services (``tests/drive.py``) while the
 test moves the clock between the steps, never by writing a state or a stamp column.
+
+Ask for ``frozen_clock`` first (``def test_x(frozen_clock, owner, pool)``): pytest makes fixtures in
+the order asked, and rows a fixture makes before the clock stops (the ``pool``'s heartbeats) carry
+the real time, which lies after :data:`T0`.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def _rent(job, clock, at) -> Lease:
     return placed(job).leases.get()
 
 
-def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(owner, frozen_clock):
+def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(frozen_clock, owner):
     node_with_gpus("n1", count=2)
     pool_drain()
     job = _job(owner)  # at T, the node draining: it waits 20 minutes
@@ -50,7 +50,7 @@ def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(owner, frozen_c
     assert receipt.total == 1200 + 605 == receipt.billed + receipt.not_billed
 
 
-def test_it_rounds_once_on_the_total_61_4_seconds_bill_62(owner, frozen_clock):
+def test_it_rounds_once_on_the_total_61_4_seconds_bill_62(frozen_clock, owner):
     node_with_gpus("n1", count=1)
     job = _job(owner)
     _rent(job, frozen_clock, T)
@@ -82,7 +82,7 @@ def test_a_duplicate_job_ended_report_closes_nothing_twice(owner):
     assert lease.released_at == released and not LeaseGpu.objects.filter(open=True).exists()
 
 
-def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(owner, frozen_clock):
+def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(frozen_clock, owner):
     node_with_gpus("n1", count=2)
     job = _job(owner)
     _rent(job, frozen_clock, T)
@@ -93,7 +93,7 @@ def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(owner, froze
     assert lease.run_ended_at >= lease.rented_at and lease.released_at >= lease.run_ended_at
 
 
-def test_an_end_before_the_rent_bills_zero_not_a_negative(owner, frozen_clock):
+def test_an_end_before_the_rent_bills_zero_not_a_negative(frozen_clock, owner):
     node_with_gpus("n1", count=1)
     job = _job(owner)
     _rent(job, frozen_clock, T)
@@ -102,7 +102,7 @@ def test_an_end_before_the_rent_bills_zero_not_a_negative(owner, frozen_clock):
     assert lease.billed_seconds == 0 and lease.run_ended_at == lease.rented_at
 
 
-def test_it_bills_the_gpus_held_and_keeps_money_as_decimal(owner, frozen_clock):
+def test_it_bills_the_gpus_held_and_keeps_money_as_decimal(frozen_clock, owner):
     node_with_gpus("n1", count=4)
     job = _job(owner, gpus=2)
     lease = _rent(job, frozen_clock, T)
@@ -112,7 +112,7 @@ def test_it_bills_the_gpus_held_and_keeps_money_as_decimal(owner, frozen_clock):
     assert isinstance(lease.cost, Decimal) and lease.cost == Decimal("4.980000")
 
 
-def test_the_rate_in_force_at_rent_applies_to_the_whole_lease(owner, frozen_clock):
+def test_the_rate_in_force_at_rent_applies_to_the_whole_lease(frozen_clock, owner):
     GpuRate.objects.create(gpu_model="H100-80GB", rate_per_gpu_hour=Decimal("3.00"), valid_from=T)
     GpuRate.objects.create(gpu_model="H100-80GB", rate_per_gpu_hour=Decimal("9.00"),
                            valid_from=T + timedelta(minutes=30))
@@ -141,7 +141,7 @@ def test_the_meter_uses_the_servers_clock_not_the_agents(owner):
     assert lease.billed_seconds <= 5
 
 
-def test_a_node_lost_twice_ends_its_leases_once_and_charges_nothing(owner, frozen_clock):
+def test_a_node_lost_twice_ends_its_leases_once_and_charges_nothing(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     job = _job(owner)
     _rent(job, frozen_clock, T)

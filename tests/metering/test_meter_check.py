@@ -42,7 +42,7 @@ def _kinds() -> set[str]:
     return {v.kind for v in meter_violations()}
 
 
-def test_a_clean_ledger_passes(owner, frozen_clock):
+def test_a_clean_ledger_passes(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     finished_job(owner)  # on its own node
     node = node_with_gpus("n2", count=2)
@@ -52,7 +52,7 @@ def test_a_clean_ledger_passes(owner, frozen_clock):
     assert ok, text
 
 
-def test_it_finds_a_gpu_in_two_overlapping_leases(owner, frozen_clock):
+def test_it_finds_a_gpu_in_two_overlapping_leases(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     first = _lease(owner, frozen_clock, node, T, 600)
     second = _lease(owner, frozen_clock, node, T + timedelta(minutes=20), 60)
@@ -61,7 +61,7 @@ def test_it_finds_a_gpu_in_two_overlapping_leases(owner, frozen_clock):
     assert not ok and "[gpu-overlap]" in text and f"lease {first.pk} and lease {second.pk}" in text
 
 
-def test_it_finds_negative_and_open_ended_closed_leases(owner, frozen_clock):
+def test_it_finds_negative_and_open_ended_closed_leases(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     backwards = _lease(owner, frozen_clock, node, T)
     Lease.objects.filter(pk=backwards.pk).update(released_at=T - timedelta(seconds=1))
@@ -73,7 +73,7 @@ def test_it_finds_negative_and_open_ended_closed_leases(owner, frozen_clock):
     assert {"negative", "open-ended"} <= _kinds()
 
 
-def test_it_finds_an_open_lease_of_a_released_job_and_a_gpu_still_held(owner, frozen_clock):
+def test_it_finds_an_open_lease_of_a_released_job_and_a_gpu_still_held(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     left_open = _lease(owner, frozen_clock, node, T)  # released through the services, then its lease reopened
     Lease.objects.filter(pk=left_open.pk).update(released_at=None)
@@ -85,7 +85,7 @@ def test_it_finds_an_open_lease_of_a_released_job_and_a_gpu_still_held(owner, fr
     assert f"lease {closed.pk} is released but still marks a GPU as held" in text
 
 
-def test_it_finds_billed_gpus_that_were_not_held(owner, frozen_clock):
+def test_it_finds_billed_gpus_that_were_not_held(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     lease = _lease(owner, frozen_clock, node, T)
     Lease.objects.filter(pk=lease.pk).update(gpu_count=2, cost=Decimal("0.083000"))
@@ -93,7 +93,7 @@ def test_it_finds_billed_gpus_that_were_not_held(owner, frozen_clock):
     assert not ok and f"lease {lease.pk} bills 2 GPUs but holds 1" in text
 
 
-def test_it_finds_a_node_leased_beyond_its_capacity(owner, frozen_clock):
+def test_it_finds_a_node_leased_beyond_its_capacity(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     lease = _lease(owner, frozen_clock, node, T, 600)
     extra = Lease.objects.create(job=lease.job, attempt=2, node=node, gpu_count=1, gpu_model="H100-80GB",
@@ -105,7 +105,7 @@ def test_it_finds_a_node_leased_beyond_its_capacity(owner, frozen_clock):
     assert f"lease {extra.pk} bills 1 GPUs but holds 0" in text
 
 
-def test_it_finds_billing_past_the_time_limit_and_a_cost_off_the_formula(owner, frozen_clock):
+def test_it_finds_billing_past_the_time_limit_and_a_cost_off_the_formula(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     long = _lease(owner, frozen_clock, node, T, 600)
     Lease.objects.filter(pk=long.pk).update(billed_seconds=3700, cost=Decimal("2.559167"))

@@ -38,7 +38,7 @@ def _lease(owner, clock, node, start, seconds, *, gpus=1, lost=False):
     return lease
 
 
-def test_the_report_splits_gpu_hours_per_day_and_model(owner, stranger, frozen_clock):
+def test_the_report_splits_gpu_hours_per_day_and_model(frozen_clock, owner, stranger):
     node = node_with_gpus("n1", count=4)
     _lease(owner, frozen_clock, node, DAY + timedelta(hours=10), 2 * 3600, gpus=2)  # 4 GPU-h charged, 4.4 held
     _lease(stranger, frozen_clock, node, DAY + timedelta(hours=23), 2 * 3600)  # 1 h today, 1 h tomorrow
@@ -59,7 +59,7 @@ def test_the_report_splits_gpu_hours_per_day_and_model(owner, stranger, frozen_c
                                                                        ("stranger", Decimal("4.98"))]
 
 
-def test_staff_see_the_report_and_its_csv_and_others_do_not(owner, frozen_clock):
+def test_staff_see_the_report_and_its_csv_and_others_do_not(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     _lease(owner, frozen_clock, node, DAY + timedelta(hours=1), 3600)
     staff = Client()
@@ -77,7 +77,7 @@ def test_staff_see_the_report_and_its_csv_and_others_do_not(owner, frozen_clock)
     assert Client().get("/usage/report/").status_code == 302  # to the sign-in page
 
 
-def test_a_lost_node_records_its_down_time_until_it_registers_again(settings, frozen_clock):
+def test_a_lost_node_records_its_down_time_until_it_registers_again(frozen_clock, settings):
     settings.E31_NODE_LOSS_TIMEOUT_S = 30
     node = node_with_gpus("n1", count=4)  # its last heartbeat: now
     silent_since = frozen_clock.now()

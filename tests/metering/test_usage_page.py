@@ -50,7 +50,7 @@ def _lease_at(owner, clock, node, start: datetime, seconds: float, *, gpus: int 
     return job.leases.get()
 
 
-def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(web, user, frozen_clock):
+def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(frozen_clock, web, user):
     node = node_with_gpus("n1", count=4)
     t = datetime(2025, 1, 31, 23, tzinfo=UTC)
     _lease_at(user, frozen_clock, node, t, 9000, gpus=2, name="across-months")
@@ -69,7 +69,7 @@ def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(web, user, frozen_c
     assert all(r["rented_at"].endswith("+00:00") for r in rows)
 
 
-def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(web, user, frozen_clock):
+def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(frozen_clock, web, user):
     h100, a100 = node_with_gpus("n1", count=1), node_with_gpus("n2", count=1, model="A100-40GB", memory_mb=40960)
     t = datetime(2025, 3, 3, 9, tzinfo=UTC)
     _lease_at(user, frozen_clock, h100, t, 60, name="on-h100")
@@ -85,7 +85,7 @@ def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(web, user, froze
     assert web.get("/usage/csv/?from=2025-03-04&to=2025-03-01").status_code == 400
 
 
-def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(web, user, frozen_clock):
+def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(frozen_clock, web, user):
     node_with_gpus("n1", count=4)
     Agent(rented_job(user, name="holding", compute={"gpus": 1, "time_limit": "2h"})).start()
     frozen_clock.advance(hours=1)
@@ -96,7 +96,7 @@ def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(web, user, 
     assert row["outcome"] == "running" and row["released_at"] == "" and int(row["billed_seconds"]) >= 3600
 
 
-def test_days_and_times_are_the_users_own(web, user, frozen_clock):
+def test_days_and_times_are_the_users_own(frozen_clock, web, user):
     AccountProfile.objects.create(owner=user, time_zone="Europe/Berlin")
     node = node_with_gpus("n1", count=2)
     _lease_at(user, frozen_clock, node, datetime(2025, 7, 1, 22, 30, tzinfo=UTC), 3600, name="late")
@@ -108,7 +108,7 @@ def test_days_and_times_are_the_users_own(web, user, frozen_clock):
     assert "late" not in web.get("/usage/?to=2025-07-01").content.decode()
 
 
-def test_the_chart_data_is_per_day_and_gpu_model_and_vendored(web, user, frozen_clock):
+def test_the_chart_data_is_per_day_and_gpu_model_and_vendored(frozen_clock, web, user):
     node = node_with_gpus("n1", count=2)
     _lease_at(user, frozen_clock, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 9000, gpus=2, name="across")
     html = web.get("/usage/").content.decode()
@@ -141,7 +141,7 @@ def test_the_job_page_has_a_printable_receipt_and_a_stranger_gets_404(web, user)
     assert stranger.get(f"/usage/receipts/{job.pk}/").status_code == 404
 
 
-def test_the_usage_api_uses_the_users_time_zone(user, frozen_clock):
+def test_the_usage_api_uses_the_users_time_zone(frozen_clock, user):
     from rest_framework.test import APIClient
 
     AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
@@ -152,7 +152,7 @@ def test_the_usage_api_uses_the_users_time_zone(user, frozen_clock):
     assert api.get("/api/v1/usage/").json()["leases"][0]["rented_at"] == "2025-07-01T21:00:00+09:00"
 
 
-def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(web, user, settings, frozen_clock):
+def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(frozen_clock, web, user, settings):
     from apps.metering import views
 
     node = node_with_gpus("n1", count=1)
@@ -185,7 +185,7 @@ def test_days_out_of_range_are_a_field_error_not_a_crash(web, user, query):
     assert client.get(f"/usage/report/?{query}").status_code in (200, 400)
 
 
-def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(web, user, frozen_clock):
+def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(frozen_clock, web, user):
     """Issue 12 item 8: Jan 31 23:00 to Feb 1 01:30 is 1 h in January and 1.5 h in February, on the
     page, its CSV and the API (token auth, which reads dates in the account's zone too)."""
     from rest_framework.test import APIClient
@@ -207,7 +207,7 @@ def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(web, user, 
     assert Decimal(january["totals"]["cost"]) + Decimal(february["totals"]["cost"]) == Decimal(whole["cost"])
 
 
-def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(user, frozen_clock):
+def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(frozen_clock, user):
     """A Tokyo account's "2025-07-02" starts at 2025-07-01 15:00 UTC, under a real token."""
     from django.core.management import call_command
     from rest_framework.test import APIClient
