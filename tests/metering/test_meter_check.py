@@ -1,4 +1,7 @@
-"""``manage.py meter_check`` finds each kind of violation and passes on a clean ledger (SPEC §4)."""
+"""``manage.py meter_check`` finds each kind of violation and passes on a clean ledger (SPEC §4).
+
+Jobs reach their leases through the services on a frozen clock; then each test breaks a lease's
+columns on purpose (``# forged on purpose``) into what no service would write, for the check to find."""
 import io
 from datetime import timedelta
 from decimal import Decimal
@@ -56,7 +59,7 @@ def test_it_finds_a_gpu_in_two_overlapping_leases(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     first = _lease(owner, frozen_clock, node, T, 600)
     second = _lease(owner, frozen_clock, node, T + timedelta(minutes=20), 60)
-    Lease.objects.filter(pk=second.pk).update(rented_at=T + timedelta(minutes=5))  # inside the first's hold
+    Lease.objects.filter(pk=second.pk).update(rented_at=T + timedelta(minutes=5))  # forged on purpose
     ok, text = _check()
     assert not ok and "[gpu-overlap]" in text and f"lease {first.pk} and lease {second.pk}" in text
 
@@ -64,9 +67,9 @@ def test_it_finds_a_gpu_in_two_overlapping_leases(frozen_clock, owner):
 def test_it_finds_negative_and_open_ended_closed_leases(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     backwards = _lease(owner, frozen_clock, node, T)
-    Lease.objects.filter(pk=backwards.pk).update(released_at=T - timedelta(seconds=1))
+    Lease.objects.filter(pk=backwards.pk).update(released_at=T - timedelta(seconds=1))  # forged on purpose
     unended = _lease(owner, frozen_clock, node, T + timedelta(hours=1))
-    Lease.objects.filter(pk=unended.pk).update(run_ended_at=None, billed_seconds=None, cost=None)
+    Lease.objects.filter(pk=unended.pk).update(run_ended_at=None, billed_seconds=None, cost=None)  # forged on purpose
     ok, text = _check()
     assert not ok and f"lease {backwards.pk}" in text and "released before it was rented" in text
     assert f"lease {unended.pk}" in text and "released but its run has no end" in text
@@ -76,7 +79,7 @@ def test_it_finds_negative_and_open_ended_closed_leases(frozen_clock, owner):
 def test_it_finds_an_open_lease_of_a_released_job_and_a_gpu_still_held(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     left_open = _lease(owner, frozen_clock, node, T)  # released through the services, then its lease reopened
-    Lease.objects.filter(pk=left_open.pk).update(released_at=None)
+    Lease.objects.filter(pk=left_open.pk).update(released_at=None)  # forged on purpose
     closed = _lease(owner, frozen_clock, node, T + timedelta(hours=1))
     LeaseGpu.objects.filter(lease=closed).update(open=True)
     LeaseGpu.objects.filter(lease=left_open).update(open=False)
@@ -96,10 +99,11 @@ def test_it_finds_billed_gpus_that_were_not_held(frozen_clock, owner):
 def test_it_finds_a_node_leased_beyond_its_capacity(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     lease = _lease(owner, frozen_clock, node, T, 600)
-    extra = Lease.objects.create(job=lease.job, attempt=2, node=node, gpu_count=1, gpu_model="H100-80GB",
-                                 rate_per_gpu_hour=Decimal("2.49"), time_limit_s=3600, rented_at=T,
-                                 run_ended_at=T + timedelta(seconds=600), released_at=T + timedelta(seconds=601),
-                                 billed_seconds=600, cost=Decimal("0.415000"))
+    extra = Lease.objects.create(  # forged on purpose
+        job=lease.job, attempt=2, node=node, gpu_count=1, gpu_model="H100-80GB",
+        rate_per_gpu_hour=Decimal("2.49"), time_limit_s=3600, rented_at=T,
+        run_ended_at=T + timedelta(seconds=600), released_at=T + timedelta(seconds=601),
+        billed_seconds=600, cost=Decimal("0.415000"))
     ok, text = _check()
     assert not ok and "[capacity] node" in text and "more than its 1 GPUs allow" in text
     assert f"lease {extra.pk} bills 1 GPUs but holds 0" in text
@@ -108,7 +112,7 @@ def test_it_finds_a_node_leased_beyond_its_capacity(frozen_clock, owner):
 def test_it_finds_billing_past_the_time_limit_and_a_cost_off_the_formula(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
     long = _lease(owner, frozen_clock, node, T, 600)
-    Lease.objects.filter(pk=long.pk).update(billed_seconds=3700, cost=Decimal("2.559167"))
+    Lease.objects.filter(pk=long.pk).update(billed_seconds=3700, cost=Decimal("2.559167"))  # forged on purpose
     wrong = _lease(owner, frozen_clock, node, T + timedelta(hours=2), 600)
     Lease.objects.filter(pk=wrong.pk).update(cost=Decimal("0.42"))
     ok, text = _check()
