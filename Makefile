@@ -24,6 +24,7 @@ run: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/pytest -q tests/test_no_forged_states.py  # no test writes a state (issue 13); needs no database
 
 test: $(VENV)/.installed lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) E31_CELERY_EAGER=1 \

@@ -58,7 +58,7 @@ def live_stack(agents: list[tuple[str, str]], web: int = 1):
     """A fresh database and a :class:`LocalStack` with ``agents``; yields (stack, token)."""
     import httpx
 
-    from e31site.devstack import LocalStack
+    from devstack import LocalStack
 
     fresh_database()
     token = user_token()

@@ -68,7 +68,7 @@ def standalone_stack(agents: list[tuple[str, str]], timeout: float = 120.0):
         TimeoutError: the server or the agents did not come up within ``timeout`` seconds.
         RuntimeError: the server exited while starting.
     """
-    from e31site.devstack import free_port
+    from devstack import free_port
 
     with tempfile.TemporaryDirectory(prefix="e31-bench-standalone-") as tmp:
         var_dir = Path(tmp)

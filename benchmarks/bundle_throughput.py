@@ -3,7 +3,7 @@ file copy on the same machine in the same run (issue 4).
 
 Upload: the agent's own code (``e31_agent.uploader.upload_bundle``: verified 8 MiB chunks, then
 ``complete``, where the server joins the parts and checks the whole archive and every file of the
-manifest) against a uvicorn web process of ``e31site/devstack.py``, the node played by this script
+manifest) against a uvicorn web process of ``devstack/``, the node played by this script
 with a real node token. Download: ``GET /api/v1/jobs/<id>/bundle/`` as the job's owner, once whole
 and once in 64 MiB ``Range`` requests. Baseline: ``shutil.copyfile`` of the same archive (median of
 three), and a sha256 over it (the least the server must do). Figures in MB/s (10^6 bytes per second).

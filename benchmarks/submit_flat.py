@@ -109,7 +109,7 @@ def production(args) -> dict:
 def standalone(args) -> dict:
     import httpx
 
-    from e31site.devstack import free_port
+    from devstack import free_port
 
     out = {}
     for queued in (0, args.queued):

@@ -33,7 +33,7 @@ management commands):
   just before ``sbatch``; 1-2 s idle before each). Goals: median <= 50 ms, p95 <= 100 ms.
   Slurm's interactive ``srun -G 1 -t 1 date +%s.%N`` start is printed for reference.
 
-The two E31 shapes: **production** = ``e31site/devstack.py`` (``--web`` uvicorn
+The two E31 shapes: **production** = ``devstack/`` (``--web`` uvicorn
 processes, a Celery worker, PostgreSQL ``BENCH_DATABASE_URL``, Redis
 ``BENCH_REDIS_URL``; both wiped) and **make run** = ``manage.py standalone`` on SQLite
 in a temporary var dir, with its two built-in agents' nodes drained and one

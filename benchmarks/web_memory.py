@@ -1,6 +1,6 @@
 """Memory of the web process under large bodies (issue 11, item 4).
 
-Starts the production shape (``e31site/devstack.py``: one uvicorn web process,
+Starts the production shape (``devstack/``: one uvicorn web process,
 a worker, one agent) on a fresh database, then measures the web process's
 resident memory (RSS, psutil, sampled every 20 ms) against its resting RSS:
 

@@ -297,7 +297,7 @@ def main() -> dict:
     job_ids, owner_of, cookies = seed(args.clients)
     from django.conf import settings  # the sessions above are signed with this process's key
 
-    from e31site.devstack import free_port, web_command
+    from devstack import free_port, web_command
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

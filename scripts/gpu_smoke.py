@@ -36,7 +36,7 @@ sys.path.insert(0, str(BASE_DIR / "agent"))
 from e31_agent.inventory import collect, gpu_health  # noqa: E402
 
 sys.path.insert(0, str(BASE_DIR))
-from e31site.devstack import free_port  # noqa: E402
+from devstack import free_port  # noqa: E402
 
 JOB = """
 import glob, json, os, subprocess, torch

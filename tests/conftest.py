@@ -5,6 +5,7 @@ import threading
 import pytest
 from rest_framework.test import APIClient
 
+from .clock import frozen_clock  # noqa: F401  (a fixture for every test)
 from .cycles import HarnessCycles
 from .factories import UserFactory, node_with_gpus
 

@@ -14,7 +14,7 @@ from apps.jobs import live
 from apps.jobs.models import Job
 from apps.jobs.services import job_cancel
 from apps.pool.models import Node
-from e31site.devstack import LocalStack
+from devstack import LocalStack
 from tests.e2e.conftest import database_url
 from tests.factories import UserFactory
 from tests.web.factories import queued_job

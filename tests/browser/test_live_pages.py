@@ -20,7 +20,7 @@ from apps.jobs.services import log_read
 from apps.pool.models import Node
 from apps.pool.scheduling import schedule_cycle
 from apps.pool.services import node_set_drain
-from e31site.devstack import web_command
+from devstack import web_command
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from apps.pool.models import Gpu
-from e31site.devstack import LocalStack
+from devstack import LocalStack
 from tests.e2e.conftest import E2E_REDIS_DB, database_url
 
 E31 = str(Path(sys.executable).with_name("e31"))  # the console script `make` installs (-e ./cli)

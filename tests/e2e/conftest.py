@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.pool.models import Gpu
-from e31site.devstack import LocalStack
+from devstack import LocalStack
 
 E2E_REDIS_DB = int(os.environ.get("E31_E2E_REDIS_DB", "14"))  # a parallel run picks another
 

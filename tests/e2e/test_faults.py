@@ -26,7 +26,7 @@ from django.db import connection
 from apps.jobs.models import AgentReport, Job, JobEvent, LogChunk
 from apps.metering.models import Lease
 from apps.pool.models import Node
-from e31site.devstack import LocalStack
+from devstack import LocalStack
 from tests.factories import UserFactory
 
 from .conftest import E2E_REDIS_DB, database_url

@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from e31site.devstack import BASE_DIR, free_port
+from devstack import BASE_DIR, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

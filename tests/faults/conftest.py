@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.pool.models import Node
-from e31site.devstack import LocalStack
+from devstack import LocalStack
 from tests.e2e.conftest import E2E_REDIS_DB, _meter_check_after_the_stack, database_url  # noqa: F401
 from tests.e2e.test_faults import FAST
 

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from e31site.devstack import BASE_DIR, free_port
+from devstack import BASE_DIR, free_port
 from tests.e2e.test_faults import FAST, MARKER_VAR
 from tests.e2e.test_standalone import manage
 

@@ -9,9 +9,11 @@ from django.test import Client
 from apps.jobs.arrays import array_cancel, array_submit
 from apps.jobs.models import Job, JobArray, JobEvent
 from apps.metering.models import AccountProfile
+from apps.pool.scheduling import schedule_cycle
 from apps.pool.selectors import agent_work_for
 
-from ..factories import spec
+from ..drive import Agent
+from ..factories import node_with_gpus, spec
 
 pytestmark = pytest.mark.django_db
 
@@ -99,8 +101,6 @@ def test_cancel_stops_the_whole_array_queued_and_running(api, owner, pool):
 
 
 def test_the_work_answer_carries_each_tasks_index_and_size(owner, pool):
-    from apps.pool.scheduling import schedule_cycle
-
     submitted = array_submit(owner=owner, document=spec(array=3))
     schedule_cycle()
     tasks = {a["job_id"]: a for node in pool for a in agent_work_for(node)["assignments"]}
@@ -141,9 +141,12 @@ def test_the_agent_puts_index_and_size_in_the_jobs_environment(owner, pool, tmp_
     assert log.strip() == f"index=1 size=2 job={task['job_id']}"
 
 
-def test_my_jobs_shows_an_array_as_one_row_with_counts(owner, pool):
+def test_my_jobs_shows_an_array_as_one_row_with_counts(owner):
+    node_with_gpus("n3", count=3)  # room for 3 tasks at once
     submitted = array_submit(owner=owner, document=spec(name="sir-sweep", array=40))
-    Job.objects.filter(pk__in=submitted.job_ids[:3]).update(state="running")  # counts only, no transition
+    schedule_cycle()
+    for job in Job.objects.filter(array=submitted.array, state="rented"):
+        Agent(job).start()  # 3 running, as their agents report it
     single = array_submit(owner=owner, document=spec(name="solo", array=1)).array
     client = _web(owner)
     html = client.get("/").content.decode()

@@ -1,19 +1,23 @@
 """Outcomes and the meter through the services the agent endpoints call (SPEC §3, §4)."""
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from apps.jobs.choices import JobState
 from apps.jobs.models import Job
-from apps.jobs.services import agent_report, job_cancel, job_submit, jobs_enforce_time_limits
+from apps.jobs.services import (
+    agent_report,
+    job_cancel,
+    job_submit,
+    jobs_enforce_time_limits,
+    jobs_reconcile_heartbeat,
+)
 from apps.jobs.state import TransitionError, transition
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Node
-from apps.pool.services import nodes_mark_lost
+from apps.pool.services import node_heartbeat, nodes_mark_lost
 
+from ..drive import Agent
 from ..factories import spec
-from ..web.factories import Agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,11 +37,9 @@ def test_it_fails_on_nonzero_exit(owner, pool):
     assert (job.outcome, job.exit_code) == ("failed", 3)
 
 
-def test_it_times_out_and_bills_exactly_the_limit(owner, pool):
+def test_it_times_out_and_bills_exactly_the_limit(frozen_clock, owner, pool):
     job = submit(owner, time_limit="90s")
-    Lease.objects.filter(job=job).update(rented_at=timezone.now() - timedelta(seconds=200))
-    Job.objects.filter(pk=job.pk).update(rented_at=timezone.now() - timedelta(seconds=200))
-    job = Agent(job).run(exit_code=None, reason="time_limit")
+    job = Agent(job, frozen_clock).run(exit_code=None, reason="time_limit", run_s=200)  # its report comes late
     assert job.outcome == "timed_out"
     assert Lease.objects.get(job=job).billed_seconds == 90
 
@@ -92,13 +94,19 @@ def test_the_state_machine_refuses_moves_it_does_not_allow(owner, pool):
         transition(job, JobState.RUNNING)
 
 
-def test_a_lost_node_requeues_its_job_then_releases_it_node_lost(owner, pool, settings):
+def _silent_for(seconds: float, clock, *, only: Node) -> None:
+    """``seconds`` pass and only ``only`` stays silent: every other node's agent sends a heartbeat."""
+    clock.advance(seconds)
+    for other in Node.objects.exclude(pk=only.pk):
+        node_heartbeat(node=other)
+
+
+def test_a_lost_node_requeues_its_job_then_releases_it_node_lost(frozen_clock, owner, pool, settings):
     job = submit(owner, gpus=4, gpu_model=["H100"])
     agent = Agent(job)
-    agent.say("accepted")
-    agent.say("running")
+    agent.start()
     node = agent.lease.node
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    _silent_for(120, frozen_clock, only=node)
     nodes_mark_lost()
     job = Job.objects.get(pk=job.pk)
     lease = Lease.objects.get(pk=agent.lease.pk)
@@ -107,59 +115,50 @@ def test_a_lost_node_requeues_its_job_then_releases_it_node_lost(owner, pool, se
     assert job.events.filter(detail__contains="lost").exists()
 
 
-def test_the_server_ends_a_run_past_its_time_limit_on_its_own(owner, pool):
+def test_the_server_ends_a_run_past_its_time_limit_on_its_own(frozen_clock, owner, pool):
     job = submit(owner, time_limit="60s")
-    agent = Agent(job)
-    agent.say("accepted")
-    agent.say("running")
-    past = timezone.now() - timedelta(seconds=600)
-    Lease.objects.filter(job=job).update(rented_at=past)
-    Job.objects.filter(pk=job.pk).update(rented_at=past)
+    Agent(job).start()
+    frozen_clock.advance(600)  # and the agent says nothing
     assert jobs_enforce_time_limits() == 1
     job = Job.objects.get(pk=job.pk)
     assert (job.state, job.outcome) == ("released", "timed_out")
     assert Lease.objects.get(job=job).billed_seconds == 60
 
 
-def test_jobs_an_agent_no_longer_lists_are_requeued_uncharged(owner, pool):
+def test_jobs_an_agent_no_longer_lists_are_requeued_uncharged(frozen_clock, owner, pool):
     agent = Agent(submit(owner))
-    agent.say("accepted")
-    agent.say("running")
-    from apps.jobs.services import jobs_reconcile_heartbeat
-
+    agent.start()
     node = agent.lease.node
     assert jobs_reconcile_heartbeat(node=node, running=[{"job_id": agent.job.pk, "attempt": 1}], min_age_s=0) == 0
-    Lease.objects.filter(pk=agent.lease.pk).update(accepted_at=timezone.now() - timedelta(seconds=60))
+    frozen_clock.advance(60)
     assert jobs_reconcile_heartbeat(node=node, running=[], min_age_s=20) == 1
     job = Job.objects.get(pk=agent.job.pk)
     assert job.attempt == 2 and Lease.objects.get(pk=agent.lease.pk).charged is False
 
 
-def test_a_lost_node_ends_the_other_ranks_of_a_gang_uncharged(owner, pool):
+def test_a_lost_node_ends_the_other_ranks_of_a_gang_uncharged(frozen_clock, owner, pool):
     job = submit(owner, gpus=1, nodes=2)
     leases = list(Lease.objects.filter(job=job))
     assert len(leases) == 2
     lost = leases[0].node
-    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    _silent_for(120, frozen_clock, only=lost)
     nodes_mark_lost()
     assert {(lease.charged, lease.released_at is not None) for lease in Lease.objects.filter(job=job)} == {
         (False, True)}
     assert Job.objects.get(pk=job.pk).state == "queued"
 
 
-def test_a_cancel_is_final_even_when_the_node_is_then_lost(owner, pool, api):
+def test_a_cancel_is_final_even_when_the_node_is_then_lost(frozen_clock, owner, pool, api):
     """Issue 12 item 3: cancel a running job whose agent froze; the node is lost: the job ends
     cancelled (not requeued, never rented again), the lease uncharged; a second cancel says so."""
     job = submit(owner, gpus=4, gpu_model=["H100"])
     agent = Agent(job)
-    agent.say("accepted")
-    agent.say("running")
+    agent.start()
     first = api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]
     assert first["effect"] == "stopping"
     second = api.post(f"/api/v1/jobs/{job.pk}/cancel/").json()["cancel"]
     assert second["effect"] == "already_stopping" and "already" in second["detail"]
-    node = agent.lease.node
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=120))
+    _silent_for(120, frozen_clock, only=agent.lease.node)  # its agent froze
     nodes_mark_lost()
     job = Job.objects.get(pk=job.pk)
     assert (job.state, job.outcome, job.attempt) == ("released", "cancelled", 1)

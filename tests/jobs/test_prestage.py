@@ -15,6 +15,7 @@ from apps.pool.scheduling import schedule_cycle
 from apps.pool.selectors import agent_work_for
 from apps.pool.services import node_token_issue
 
+from ..drive import Agent
 from ..factories import spec
 
 pytestmark = pytest.mark.django_db
@@ -107,10 +108,7 @@ def test_the_rows_go_when_the_job_is_cancelled(blocked):
 
 def test_the_rows_go_once_the_job_is_rented(blocked):
     running, waiting = blocked
-    Lease.objects.filter(job=running).update(released_at=running.rented_at)
-    from apps.metering.models import LeaseGpu
-
-    LeaseGpu.objects.filter(lease__job=running).update(open=False)
+    Agent(running).run()  # released: its GPUs free, the release's cycle rents the waiting job
     schedule_cycle()
     waiting.refresh_from_db()
     assert waiting.state == "rented" and not JobPrestage.objects.exists()
@@ -137,19 +135,18 @@ def test_inputs_all_in_the_cache_bill_no_staging_seconds(owner, pool, upload):
     assert lease.staging_seconds == 0
 
 
-def test_downloads_on_the_meter_are_counted_as_staging_seconds(owner, pool, upload):
-    from datetime import timedelta
-
+def test_downloads_on_the_meter_are_counted_as_staging_seconds(frozen_clock, owner, pool, upload):
     job, lease = _rented_with_input(owner, pool, upload)
     _say(lease, 1, "accepted")
     _say(lease, 2, "staging", bytes_done=1000, bytes_total=5000, bytes_fetched=1000, bytes_cached=0)
     lease.refresh_from_db()
-    assert lease.staging_seconds >= 1
-    Lease.objects.filter(pk=lease.pk).update(accepted_at=lease.accepted_at - timedelta(seconds=7))  # 7 s ago
+    assert lease.staging_seconds == 1  # at least one second, even at the accept's instant
+    frozen_clock.advance(7)
     _say(lease, 3, "staging", bytes_done=5000, bytes_total=5000, bytes_fetched=5000, bytes_cached=0)
     job.refresh_from_db()
-    assert job.staging_rate_bps and job.staging_rate_bps > 0
+    assert job.staging_rate_bps == 4000 / 7  # bytes per second since the last staging report
     assert job.staging_progress.phase == "staging" and job.staging_progress.percent == 100
+    frozen_clock.advance(1.5)
     _say(lease, 4, "running", pid=1)
     lease.refresh_from_db()
-    assert 8 <= lease.staging_seconds <= 10
+    assert lease.staging_seconds == 9  # 8.5 s from the accept, whole seconds up

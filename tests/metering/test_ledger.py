@@ -8,37 +8,36 @@ from apps.jobs.models import Job
 from apps.jobs.services import agent_report, job_submit
 from apps.metering.models import GpuRate, Lease, LeaseGpu
 from apps.metering.receipts import job_receipt
-from apps.metering.services import lease_open, leases_release, leases_stop
+from apps.metering.services import leases_end_lost, leases_release, leases_stop
 from apps.pool.scheduling import schedule_cycle
 
+from ..clock import T0 as T
+from ..drive import Agent, placed, pool_drain
 from ..factories import node_with_gpus, spec
 
 pytestmark = pytest.mark.django_db
 
-T = datetime(2025, 6, 2, 10, 0, 0, tzinfo=UTC)
+
+def _job(owner, *, gpus=1, time_limit="1h") -> Job:
+    """A job submitted at the frozen clock's now (queued until a node that fits exists)."""
+    return job_submit(owner=owner, document=spec(compute={"gpus": gpus, "time_limit": time_limit}))
 
 
-def _job(owner, *, gpus=1, submitted_at=T, time_limit="1h") -> Job:
-    job = job_submit(owner=owner, document=spec(compute={"gpus": gpus, "time_limit": time_limit}))
-    Job.objects.filter(pk=job.pk).update(submitted_at=submitted_at)
-    job.refresh_from_db()
-    return job
+def _rent(job, clock, at) -> Lease:
+    """Place ``job`` by a scheduling cycle at ``at`` (the clock moved there); its lease."""
+    clock.set(at)
+    return placed(job).leases.get()
 
 
-def _rent(job, node, at, count=1) -> Lease:
-    Job.objects.filter(pk=job.pk).update(state="rented", rented_at=at)
-    job.refresh_from_db()
-    return lease_open(job=job, node=node, gpus=list(node.gpus.all()[:count]), node_rank=0, now=at)
-
-
-def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(owner):
-    node = node_with_gpus("n1", count=2)
-    job = _job(owner, submitted_at=T)
-    _rent(job, node, T + timedelta(minutes=20))
-    leases_stop(job=job, attempt=1, end=T + timedelta(minutes=29, seconds=30), reason="exit")
-    leases_release(job=job, attempt=1, now=T + timedelta(minutes=30, seconds=5))
-    Job.objects.filter(pk=job.pk).update(state="released", released_at=T + timedelta(minutes=30, seconds=5))
-    job.refresh_from_db()
+def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(frozen_clock, owner):
+    node_with_gpus("n1", count=2)
+    pool_drain()
+    job = _job(owner)  # at T, the node draining: it waits 20 minutes
+    frozen_clock.set(T + timedelta(minutes=20))
+    pool_drain(False)
+    job = placed(job)
+    job = Agent(job, frozen_clock).run(run_s=570, output_s=35)  # ends at 29:30, released at 30:05
+    assert (job.state, job.released_at) == ("released", T + timedelta(minutes=30, seconds=5))
     lease = job.leases.get()
     assert lease.billed_seconds == 570
     assert lease.cost == Decimal("0.394250")  # 570 s x 1 GPU x 2.49 / 3600
@@ -51,10 +50,10 @@ def test_it_bills_rent_to_run_end_and_shows_the_queue_at_no_cost(owner):
     assert receipt.total == 1200 + 605 == receipt.billed + receipt.not_billed
 
 
-def test_it_rounds_once_on_the_total_61_4_seconds_bill_62(owner):
-    node = node_with_gpus("n1", count=1)
+def test_it_rounds_once_on_the_total_61_4_seconds_bill_62(frozen_clock, owner):
+    node_with_gpus("n1", count=1)
     job = _job(owner)
-    _rent(job, node, T)
+    _rent(job, frozen_clock, T)
     for _ in range(3):  # the agent reports progress several times; the meter rounds only at the end
         leases_stop(job=job, attempt=1, end=T + timedelta(seconds=61.4), reason="exit")
     assert job.leases.get().billed_seconds == 62
@@ -83,10 +82,10 @@ def test_a_duplicate_job_ended_report_closes_nothing_twice(owner):
     assert lease.released_at == released and not LeaseGpu.objects.filter(open=True).exists()
 
 
-def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(owner):
-    node = node_with_gpus("n1", count=2)
+def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(frozen_clock, owner):
+    node_with_gpus("n1", count=2)
     job = _job(owner)
-    _rent(job, node, T)
+    _rent(job, frozen_clock, T)
     leases_stop(job=job, attempt=1, end=T + timedelta(milliseconds=50), reason="cancelled")
     leases_release(job=job, attempt=1, now=T + timedelta(milliseconds=20))  # a release stamped "earlier"
     lease = job.leases.get()
@@ -94,32 +93,35 @@ def test_a_cancel_50_ms_after_rent_never_yields_a_negative_duration(owner):
     assert lease.run_ended_at >= lease.rented_at and lease.released_at >= lease.run_ended_at
 
 
-def test_an_end_before_the_rent_bills_zero_not_a_negative(owner):
-    node = node_with_gpus("n1", count=1)
+def test_an_end_before_the_rent_bills_zero_not_a_negative(frozen_clock, owner):
+    node_with_gpus("n1", count=1)
     job = _job(owner)
-    _rent(job, node, T)
+    _rent(job, frozen_clock, T)
     leases_stop(job=job, attempt=1, end=T - timedelta(seconds=5), reason="cancelled")
     lease = job.leases.get()
     assert lease.billed_seconds == 0 and lease.run_ended_at == lease.rented_at
 
 
-def test_it_bills_the_gpus_held_and_keeps_money_as_decimal(owner):
-    node = node_with_gpus("n1", count=4)
+def test_it_bills_the_gpus_held_and_keeps_money_as_decimal(frozen_clock, owner):
+    node_with_gpus("n1", count=4)
     job = _job(owner, gpus=2)
-    lease = _rent(job, node, T, count=2)
+    lease = _rent(job, frozen_clock, T)
     assert lease.gpu_count == 2 == LeaseGpu.objects.filter(lease=lease).count()
     leases_stop(job=job, attempt=1, end=T + timedelta(hours=1), reason="exit")
     lease.refresh_from_db()
     assert isinstance(lease.cost, Decimal) and lease.cost == Decimal("4.980000")
 
 
-def test_the_rate_in_force_at_rent_applies_to_the_whole_lease(owner):
+def test_the_rate_in_force_at_rent_applies_to_the_whole_lease(frozen_clock, owner):
     GpuRate.objects.create(gpu_model="H100-80GB", rate_per_gpu_hour=Decimal("3.00"), valid_from=T)
     GpuRate.objects.create(gpu_model="H100-80GB", rate_per_gpu_hour=Decimal("9.00"),
                            valid_from=T + timedelta(minutes=30))
-    node = node_with_gpus("n1", count=1)
-    job = _job(owner)
-    _rent(job, node, T + timedelta(minutes=10))
+    node_with_gpus("n1", count=1)
+    pool_drain()
+    job = _job(owner)  # at T, queued: the node is draining
+    frozen_clock.set(T + timedelta(minutes=10))
+    pool_drain(False)
+    _rent(job, frozen_clock, T + timedelta(minutes=10))
     leases_stop(job=job, attempt=1, end=T + timedelta(hours=1, minutes=10), reason="exit")
     lease = job.leases.get()
     assert lease.rate_per_gpu_hour == Decimal("3.00") and lease.cost == Decimal("3.000000")
@@ -139,12 +141,10 @@ def test_the_meter_uses_the_servers_clock_not_the_agents(owner):
     assert lease.billed_seconds <= 5
 
 
-def test_a_node_lost_twice_ends_its_leases_once_and_charges_nothing(owner):
-    from apps.metering.services import leases_end_lost
-
+def test_a_node_lost_twice_ends_its_leases_once_and_charges_nothing(frozen_clock, owner):
     node = node_with_gpus("n1", count=1)
     job = _job(owner)
-    _rent(job, node, T)
+    _rent(job, frozen_clock, T)
     assert len(leases_end_lost(node=node, at=T + timedelta(seconds=90))) == 1
     assert leases_end_lost(node=node, at=T + timedelta(seconds=300)) == []
     lease = job.leases.get()

@@ -11,6 +11,7 @@ from apps.metering.limits import spend_check, worst_case_of
 from apps.metering.models import AccountProfile
 from apps.pool.scheduling import schedule_cycle
 
+from ..drive import Agent
 from ..factories import node_with_gpus, spec
 
 pytestmark = pytest.mark.django_db
@@ -50,17 +51,12 @@ def test_without_a_limit_nothing_is_refused(owner, api, h100):
     assert resp.status_code == 201
 
 
-def test_charged_costs_this_month_count_and_last_months_do_not(owner, h100):
+def test_charged_costs_this_month_count_and_last_months_do_not(frozen_clock, owner, h100):
     _limit(owner, "3.00")
     job = job_submit(owner=owner, document=ONE_HOUR)
     schedule_cycle()
-    job.refresh_from_db()
-    lease = job.leases.get()
-    from apps.metering.services import leases_release, leases_stop
-
-    leases_stop(job=job, attempt=1, end=lease.rented_at + timedelta(minutes=30), reason="exit")
-    leases_release(job=job, attempt=1, now=lease.rented_at + timedelta(minutes=31))
-    Job.objects.filter(pk=job.pk).update(state="released")
+    lease = Job.objects.get(pk=job.pk).leases.get()
+    Agent(job, frozen_clock).run(run_s=30 * 60, output_s=60)  # 30 min on the meter, released a minute later
     check = spend_check(owner=owner, worst_case=Decimal("2.49"), now=lease.rented_at + timedelta(hours=1))
     assert check.spent == Decimal("1.245000") and check.committed == 0
     assert not check.fits and check.shortfall == Decimal("0.74")

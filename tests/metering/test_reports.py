@@ -7,44 +7,42 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
-from apps.jobs.models import Job
 from apps.metering.models import NodeDowntime
 from apps.metering.reports import operator_report
-from apps.metering.services import lease_open, leases_end_lost, leases_release, leases_stop
+from apps.metering.services import leases_end_lost
 from apps.pool.choices import NodeState
-from apps.pool.models import Node
 from apps.pool.services import node_register, nodes_mark_lost
 
+from ..drive import Agent, placed, queued_job
 from ..factories import UserFactory, node_with_gpus
-from ..web.factories import queued_job
 
 pytestmark = pytest.mark.django_db
 
 DAY = datetime(2025, 5, 6, tzinfo=UTC)
 
 
-def _lease(owner, node, start, seconds, *, gpus=1, lost=False):
-    job = queued_job(owner, compute={"gpus": gpus, "time_limit": "10h"})
-    Job.objects.filter(pk=job.pk).update(state="rented", rented_at=start)
-    job.refresh_from_db()
-    free = node.gpus.exclude(lease_gpus__open=True)
-    lease = lease_open(job=job, node=node, gpus=list(free[:gpus]), node_rank=0, now=start)
+def _lease(owner, clock, node, start, seconds, *, gpus=1, lost=False):
+    """A job placed at ``start`` by a scheduling cycle on ``node`` (the only node), then either run
+    ``seconds`` and released 6 minutes later as its agent reports it, or its node's leases ended as
+    lost ``seconds`` after the start (``leases_end_lost``, the meter's half of a node loss)."""
+    clock.set(start)
+    job = placed(queued_job(owner, compute={"gpus": gpus, "time_limit": "10h"}))
+    lease = job.leases.get()
+    assert lease.node_id == node.pk
     if lost:
         leases_end_lost(node=node, at=start + timedelta(seconds=seconds))
     else:
-        leases_stop(job=job, attempt=1, end=start + timedelta(seconds=seconds), reason="exit")
-        leases_release(job=job, attempt=1, now=start + timedelta(seconds=seconds + 360))
+        Agent(job, clock).run(run_s=seconds, output_s=360)
     lease.refresh_from_db()
     return lease
 
 
-def test_the_report_splits_gpu_hours_per_day_and_model(owner, stranger):
+def test_the_report_splits_gpu_hours_per_day_and_model(frozen_clock, owner, stranger):
     node = node_with_gpus("n1", count=4)
-    _lease(owner, node, DAY + timedelta(hours=10), 2 * 3600, gpus=2)  # 4 GPU-h charged, 4.4 held
-    _lease(stranger, node, DAY + timedelta(hours=23), 2 * 3600)  # 1 h today, 1 h tomorrow
-    _lease(stranger, node, DAY + timedelta(hours=3), 3600, lost=True)  # held, not charged
+    _lease(owner, frozen_clock, node, DAY + timedelta(hours=10), 2 * 3600, gpus=2)  # 4 GPU-h charged, 4.4 held
+    _lease(stranger, frozen_clock, node, DAY + timedelta(hours=23), 2 * 3600)  # 1 h today, 1 h tomorrow
+    _lease(stranger, frozen_clock, node, DAY + timedelta(hours=3), 3600, lost=True)  # held, not charged
     NodeDowntime.objects.create(node=node, down_at=DAY + timedelta(hours=4), up_at=DAY + timedelta(hours=6),
                                 gpus={"H100-80GB": 4})
     report = operator_report(date(2025, 5, 6), date(2025, 5, 7), tz=UTC, now=DAY + timedelta(days=10))
@@ -61,9 +59,9 @@ def test_the_report_splits_gpu_hours_per_day_and_model(owner, stranger):
                                                                        ("stranger", Decimal("4.98"))]
 
 
-def test_staff_see_the_report_and_its_csv_and_others_do_not(owner):
+def test_staff_see_the_report_and_its_csv_and_others_do_not(frozen_clock, owner):
     node = node_with_gpus("n1", count=2)
-    _lease(owner, node, DAY + timedelta(hours=1), 3600)
+    _lease(owner, frozen_clock, node, DAY + timedelta(hours=1), 3600)
     staff = Client()
     staff.force_login(UserFactory(username="operator", is_staff=True))
     html = staff.get("/usage/report/?from=2025-05-06&to=2025-05-06").content.decode()
@@ -79,11 +77,11 @@ def test_staff_see_the_report_and_its_csv_and_others_do_not(owner):
     assert Client().get("/usage/report/").status_code == 302  # to the sign-in page
 
 
-def test_a_lost_node_records_its_down_time_until_it_registers_again(settings):
+def test_a_lost_node_records_its_down_time_until_it_registers_again(frozen_clock, settings):
     settings.E31_NODE_LOSS_TIMEOUT_S = 30
-    node = node_with_gpus("n1", count=4)
-    silent_since = timezone.now() - timedelta(minutes=5)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=silent_since)
+    node = node_with_gpus("n1", count=4)  # its last heartbeat: now
+    silent_since = frozen_clock.now()
+    frozen_clock.advance(minutes=5)
     assert nodes_mark_lost() == [node.pk]
     assert nodes_mark_lost() == []  # a second pass records nothing twice
     span = NodeDowntime.objects.get()
@@ -95,4 +93,4 @@ def test_a_lost_node_records_its_down_time_until_it_registers_again(settings):
                  "gpus": [{"index": i, "uuid": f"u{i}", "model": "H100-80GB", "memory_mb": 81559} for i in range(4)]}
     node_register(node=node, inventory=inventory)
     span.refresh_from_db()
-    assert span.up_at is not None and span.up_at >= span.down_at
+    assert span.up_at == silent_since + timedelta(minutes=5)

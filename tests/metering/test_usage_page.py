@@ -8,13 +8,11 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from apps.jobs.models import Job
 from apps.metering.models import AccountProfile
 from apps.metering.selectors import CSV_COLUMNS
-from apps.metering.services import lease_open, leases_release, leases_stop
 
+from ..drive import Agent, finished_job, placed, queued_job, rented_job
 from ..factories import UserFactory, node_with_gpus
-from ..web.factories import finished_job, queued_job, rented_job
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +20,12 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def user(db):
     return UserFactory(username="alice")
+
+
+@pytest.fixture(autouse=True)
+def _sessions_outlast_the_stories(settings):
+    """The stories below move the frozen clock months ahead; the browser signed in at its start stays in."""
+    settings.SESSION_COOKIE_AGE = 10 * 365 * 24 * 3600
 
 
 @pytest.fixture
@@ -41,26 +45,24 @@ def _page_total(html: str) -> Decimal:
     return Decimal(re.search(r'data-total-cost>\$([\d,.]+)<', html).group(1).replace(",", ""))
 
 
-def _lease_at(owner, node, start: datetime, seconds: float, *, gpus: int = 1, name: str = "past"):
-    """A finished lease rented at ``start`` for ``seconds`` (the services, with explicit times)."""
-    job = queued_job(owner, name=name, compute={"gpus": gpus, "time_limit": "10h"})
-    Job.objects.filter(pk=job.pk).update(state="rented", rented_at=start)
-    job.refresh_from_db()
-    lease_open(job=job, node=node, gpus=list(node.gpus.all()[:gpus]), node_rank=0, now=start)
-    leases_stop(job=job, attempt=1, end=start + timedelta(seconds=seconds), reason="exit")
-    leases_release(job=job, attempt=1, now=start + timedelta(seconds=seconds + 5))
-    Job.objects.filter(pk=job.pk).update(state="released", outcome="succeeded",
-                                         released_at=start + timedelta(seconds=seconds + 5))
+def _lease_at(owner, clock, node, start: datetime, seconds: float, *, gpus: int = 1, name: str = "past"):
+    """A job submitted at ``start``, placed on ``node`` (by its GPU model) by a scheduling cycle, run
+    ``seconds`` and released 5 s later, as its agent reports it; its lease."""
+    clock.set(start)
+    model = node.gpus.first().model.split("-")[0]
+    job = placed(queued_job(owner, name=name, compute={"gpus": gpus, "gpu_model": [model], "time_limit": "10h"}))
+    job = Agent(job, clock).run(run_s=seconds, output_s=5)
+    assert (job.state, job.outcome) == ("released", "succeeded")
     return job.leases.get()
 
 
-def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(web, user):
+def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(frozen_clock, web, user):
     node = node_with_gpus("n1", count=4)
     t = datetime(2025, 1, 31, 23, tzinfo=UTC)
-    _lease_at(user, node, t, 9000, gpus=2, name="across-months")
-    _lease_at(user, node, t + timedelta(days=3), 61.4, name="short")
-    _lease_at(user, node, t + timedelta(days=4), 1234.5, gpus=3, name="three")
-    _lease_at(UserFactory(username="bob"), node, t + timedelta(days=5), 100, name="not-mine")
+    _lease_at(user, frozen_clock, node, t, 9000, gpus=2, name="across-months")
+    _lease_at(user, frozen_clock, node, t + timedelta(days=3), 61.4, name="short")
+    _lease_at(user, frozen_clock, node, t + timedelta(days=4), 1234.5, gpus=3, name="three")
+    _lease_at(UserFactory(username="bob"), frozen_clock, node, t + timedelta(days=5), 100, name="not-mine")
     query = "?from=2025-01-01&to=2025-02-28"
     html = web.get("/usage/" + query).content.decode()
     rows = _csv(web.get("/usage/csv/" + query))
@@ -73,11 +75,11 @@ def test_the_csv_has_exactly_the_rows_and_totals_of_the_page(web, user):
     assert all(r["rented_at"].endswith("+00:00") for r in rows)
 
 
-def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(web, user):
+def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(frozen_clock, web, user):
     h100, a100 = node_with_gpus("n1", count=1), node_with_gpus("n2", count=1, model="A100-40GB", memory_mb=40960)
     t = datetime(2025, 3, 3, 9, tzinfo=UTC)
-    _lease_at(user, h100, t, 60, name="on-h100")
-    _lease_at(user, a100, t + timedelta(hours=1), 60, name="on-a100")
+    _lease_at(user, frozen_clock, h100, t, 60, name="on-h100")
+    _lease_at(user, frozen_clock, a100, t + timedelta(hours=1), 60, name="on-a100")
     html = web.get("/usage/?gpu_model=A100-40GB").content.decode()
     assert "on-a100" in html and "on-h100" not in html
     assert [r["job_name"] for r in _csv(web.get("/usage/csv/?gpu_model=A100-40GB"))] == ["on-a100"]
@@ -89,13 +91,10 @@ def test_filters_by_gpu_model_and_outcome_apply_to_page_and_csv(web, user):
     assert web.get("/usage/csv/?from=2025-03-04&to=2025-03-01").status_code == 400
 
 
-def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(web, user):
+def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(frozen_clock, web, user):
     node_with_gpus("n1", count=4)
-    job = rented_job(user, name="holding", compute={"gpus": 1, "time_limit": "2h"})
-    lease = job.leases.get()
-    from apps.metering.models import Lease
-
-    Lease.objects.filter(pk=lease.pk).update(rented_at=lease.rented_at - timedelta(hours=1))
+    Agent(rented_job(user, name="holding", compute={"gpus": 1, "time_limit": "2h"})).start()
+    frozen_clock.advance(hours=1)
     html = web.get("/usage/").content.decode()
     assert '<span class="tag tag-running">running</span>' in html and "so far" in html
     assert _page_total(html) >= Decimal("2.49")  # an hour of an H100 so far
@@ -103,10 +102,10 @@ def test_a_running_lease_shows_its_cost_so_far_and_is_marked_running(web, user):
     assert row["outcome"] == "running" and row["released_at"] == "" and int(row["billed_seconds"]) >= 3600
 
 
-def test_days_and_times_are_the_users_own(web, user):
+def test_days_and_times_are_the_users_own(frozen_clock, web, user):
     AccountProfile.objects.create(owner=user, time_zone="Europe/Berlin")
     node = node_with_gpus("n1", count=2)
-    _lease_at(user, node, datetime(2025, 7, 1, 22, 30, tzinfo=UTC), 3600, name="late")
+    _lease_at(user, frozen_clock, node, datetime(2025, 7, 1, 22, 30, tzinfo=UTC), 3600, name="late")
     html = web.get("/usage/?from=2025-07-02&to=2025-07-02").content.decode()
     assert "late" in html and "Europe/Berlin" in html and "Jul 2, 00:30:00" in html
     assert '"days": ["2025-07-02"]' in html
@@ -115,9 +114,9 @@ def test_days_and_times_are_the_users_own(web, user):
     assert "late" not in web.get("/usage/?to=2025-07-01").content.decode()
 
 
-def test_the_chart_data_is_per_day_and_gpu_model_and_vendored(web, user):
+def test_the_chart_data_is_per_day_and_gpu_model_and_vendored(frozen_clock, web, user):
     node = node_with_gpus("n1", count=2)
-    _lease_at(user, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 9000, gpus=2, name="across")
+    _lease_at(user, frozen_clock, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 9000, gpus=2, name="across")
     html = web.get("/usage/").content.decode()
     assert '"days": ["2025-01-31", "2025-02-01"]' in html
     assert '"gpu_hours": {"H100-80GB": [2.0, 3.0]}' in html
@@ -148,24 +147,24 @@ def test_the_job_page_has_a_printable_receipt_and_a_stranger_gets_404(web, user)
     assert stranger.get(f"/usage/receipts/{job.pk}/").status_code == 404
 
 
-def test_the_usage_api_uses_the_users_time_zone(user):
+def test_the_usage_api_uses_the_users_time_zone(frozen_clock, user):
     from rest_framework.test import APIClient
 
     AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
     node = node_with_gpus("n1", count=1)
-    _lease_at(user, node, datetime(2025, 7, 1, 12, tzinfo=UTC), 60)
+    _lease_at(user, frozen_clock, node, datetime(2025, 7, 1, 12, tzinfo=UTC), 60)
     api = APIClient()
     api.force_authenticate(user)
     assert api.get("/api/v1/usage/").json()["leases"][0]["rented_at"] == "2025-07-01T21:00:00+09:00"
 
 
-def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(web, user, settings):
+def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(frozen_clock, web, user, settings):
     from apps.metering import views
 
     node = node_with_gpus("n1", count=1)
     t = datetime(2025, 8, 1, tzinfo=UTC)
     for i in range(3):
-        _lease_at(user, node, t + timedelta(hours=i), 60, name=f"job-{i}")
+        _lease_at(user, frozen_clock, node, t + timedelta(hours=i), 60, name=f"job-{i}")
     views.LINES_PER_PAGE, old = 2, views.LINES_PER_PAGE
     try:
         first = web.get("/usage/?gpu_model=H100-80GB").content.decode()
@@ -192,13 +191,13 @@ def test_days_out_of_range_are_a_field_error_not_a_crash(web, user, query):
     assert client.get(f"/usage/report/?{query}").status_code in (200, 400)
 
 
-def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(web, user):
+def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(frozen_clock, web, user):
     """Issue 12 item 8: Jan 31 23:00 to Feb 1 01:30 is 1 h in January and 1.5 h in February, on the
     page, its CSV and the API (token auth, which reads dates in the account's zone too)."""
     from rest_framework.test import APIClient
 
     node = node_with_gpus("n1", count=1)
-    _lease_at(user, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 2.5 * 3600)
+    _lease_at(user, frozen_clock, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 2.5 * 3600)
     api = APIClient()
     api.force_authenticate(user)
     january = api.get("/api/v1/usage/?from=2025-01-01&to=2025-02-01").json()
@@ -214,14 +213,14 @@ def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(web, user):
     assert Decimal(january["totals"]["cost"]) + Decimal(february["totals"]["cost"]) == Decimal(whole["cost"])
 
 
-def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(user):
+def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(frozen_clock, user):
     """A Tokyo account's "2025-07-02" starts at 2025-07-01 15:00 UTC, under a real token."""
     from django.core.management import call_command
     from rest_framework.test import APIClient
 
     AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
     node = node_with_gpus("n1", count=1)
-    _lease_at(user, node, datetime(2025, 7, 1, 16, tzinfo=UTC), 60)  # 2025-07-02 01:00 in Tokyo
+    _lease_at(user, frozen_clock, node, datetime(2025, 7, 1, 16, tzinfo=UTC), 60)  # 2025-07-02 01:00 in Tokyo
     out = io.StringIO()
     call_command("issue_token", user.username, stdout=out)
     api = APIClient()

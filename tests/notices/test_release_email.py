@@ -9,9 +9,8 @@ from django.core import mail
 from apps.jobs.services import job_cancel, job_submit
 from apps.notices.models import NoticeSent
 from apps.notices.services import preference_set, release_email_send
-from apps.pool.choices import NodeState
-from apps.pool.models import Node
 
+from ..drive import pool_drain
 from ..factories import spec
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the mail is queued on commit
@@ -22,7 +21,7 @@ def mailed_owner(owner, pool, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     owner.email = "owner@example.com"
     owner.save()
-    Node.objects.update(state=NodeState.DOWN)  # jobs wait in the queue
+    pool_drain()  # jobs wait in the queue
     return owner
 
 

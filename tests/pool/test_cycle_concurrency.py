@@ -22,7 +22,7 @@ def test_the_database_refuses_a_gpu_in_two_open_leases(owner, pool, monkeypatch)
     lease = Lease.objects.get(job=job)
     held = LeaseGpu.objects.get(lease=lease)
     with pytest.raises(IntegrityError), transaction.atomic():
-        LeaseGpu.objects.create(lease=lease, gpu=held.gpu)
+        LeaseGpu.objects.create(lease=lease, gpu=held.gpu)  # forged on purpose: the database refuses it
 
 
 def test_concurrent_cycles_grant_each_gpu_once(owner, pool, settings, monkeypatch):

@@ -1,16 +1,13 @@
 """Fencing through the agent's HTTP calls (SPEC §4, §6): an attempt the server ended is a stop
 in every answer that still lists it; its GPUs stay held, unbilled, until the node confirms the
 stop or is declared down; ``meter_check`` sees a GPU given before the fence lifted."""
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.jobs.services import job_submit, jobs_enforce_time_limits
 from apps.metering.checks import meter_violations
 from apps.metering.models import Lease, LeaseGpu
-from apps.pool.models import Node
 from apps.pool.scheduling import schedule_cycle
 from apps.pool.services import node_token_issue, nodes_mark_lost
 
@@ -37,10 +34,9 @@ def _submit(owner, limit="1m"):
     return job
 
 
-def _past_limit(job, seconds=120):
-    at = timezone.now() - timedelta(seconds=seconds)
-    Lease.objects.filter(job=job).update(rented_at=at)
-    type(job).objects.filter(pk=job.pk).update(rented_at=at)
+def _past_limit(clock, seconds=120):
+    """``seconds`` pass on the frozen clock: a job of a minute rented now is past its limit."""
+    clock.advance(seconds)
 
 
 def _beat(agent, *refs):
@@ -49,13 +45,13 @@ def _beat(agent, *refs):
     return resp.json()["cancel"]
 
 
-def test_an_ended_attempt_is_a_stop_until_the_node_confirms_and_its_gpu_waits(owner, agent, settings):
+def test_an_ended_attempt_is_a_stop_until_the_node_confirms_and_its_gpu_waits(frozen_clock, owner, agent, settings):
     settings.E31_HEARTBEAT_S = 0  # a fence may be confirmed by the very next heartbeat
     first = _submit(owner)
     ref = {"job_id": first.pk, "attempt": 1}
     assert agent.get("/api/v1/agent/work/?wait=0").json()["assignments"][0]["grace_s"] == 6.0  # 10 % of 1 m
     agent.post("/api/v1/agent/reports/", {"reports": [{**ref, "seq": 1, "type": "running"}]}, format="json")
-    _past_limit(first)
+    _past_limit(frozen_clock)
     assert jobs_enforce_time_limits(grace_s=0) == 1
     lease = Lease.objects.get(job=first)
     assert lease.fenced_at and lease.billed_seconds == 60 and LeaseGpu.objects.filter(lease=lease, open=True).exists()
@@ -76,24 +72,25 @@ def test_an_ended_attempt_is_a_stop_until_the_node_confirms_and_its_gpu_waits(ow
     assert meter_violations() == []
 
 
-def test_a_node_declared_down_lifts_its_fences(owner, agent, settings):
+def test_a_node_declared_down_lifts_its_fences(frozen_clock, owner, agent, settings):
     first = _submit(owner)
-    _past_limit(first)
+    _past_limit(frozen_clock)
     jobs_enforce_time_limits(grace_s=0)
     settings.E31_NODE_LOSS_TIMEOUT_S = 1
-    Node.objects.filter(name="node-f").update(last_heartbeat_at=timezone.now() - timedelta(seconds=5))
+    frozen_clock.advance(5)  # node-f says nothing more
     assert nodes_mark_lost()
     lease = Lease.objects.get(job=first)
     assert lease.fence_lifted_at is not None and not LeaseGpu.objects.filter(lease=lease, open=True).exists()
 
 
-def test_meter_check_names_a_gpu_given_before_its_fence_lifted(owner, agent):
+def test_meter_check_names_a_gpu_given_before_its_fence_lifted(frozen_clock, owner, agent):
     first = _submit(owner)
-    _past_limit(first)
+    _past_limit(frozen_clock)
     jobs_enforce_time_limits(grace_s=0)
     fenced = Lease.objects.get(job=first)
     # forge what fencing forbids: the GPU given to another job while still fenced
     LeaseGpu.objects.filter(lease=fenced).update(open=False)
     second = _submit(owner)
     assert Lease.objects.filter(job=second).exists()
+    frozen_clock.advance(1)  # the fenced hold lasts until now: a second of it overlaps the second lease
     assert any(v.kind == "gpu-overlap" for v in meter_violations())

@@ -8,10 +8,9 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from apps.jobs import services
-from apps.jobs.models import AgentReport, Job, JobEvent
+from apps.jobs.models import AgentReport, Job
 from apps.jobs.services import job_submit
 from apps.metering.models import Lease
 
@@ -36,20 +35,6 @@ def item(job, seq, type_, **extra):
     return {"job_id": job.pk, "attempt": 1, "seq": seq, "type": type_, **extra}
 
 
-class Clock:
-    """The server's clock, set by the test (every stamp comes from ``timezone.now``)."""
-
-    def __init__(self, monkeypatch, start):
-        self.now = start
-        monkeypatch.setattr(timezone, "now", lambda: self.now)
-
-
-def _rent_at(job, at):
-    Lease.objects.filter(job=job).update(rented_at=at)
-    Job.objects.filter(pk=job.pk).update(rented_at=at)
-    JobEvent.objects.filter(job=job, to_state="rented").update(at=at)
-
-
 def _story(job):
     """What a job's run leaves, relative to when it was rented."""
     job = Job.objects.get(pk=job.pk)
@@ -66,20 +51,20 @@ def _story(job):
 
 
 @pytest.mark.parametrize(("exit_code", "reason"), [(0, "exit"), (3, "exit"), (None, "time_limit")])
-def test_folded_reports_leave_the_same_timeline_and_bill_as_the_four(owner, agent, monkeypatch, exit_code, reason):
+def test_folded_reports_leave_the_same_timeline_and_bill_as_the_four(frozen_clock, owner, agent, exit_code,
+                                                                     reason):
     limit = "1m"
-    four, two = submit(owner, limit=limit), submit(owner, limit=limit)
-    t0 = timezone.now().replace(microsecond=0) - timedelta(hours=1)
-    for job in (four, two):
-        _rent_at(job, t0)
-    clock = Clock(monkeypatch, t0 + timedelta(seconds=2))
+    four, two = submit(owner, limit=limit), submit(owner, limit=limit)  # both rented at once
+    t0 = Job.objects.get(pk=four.pk).rented_at
+    assert Job.objects.get(pk=two.pk).rented_at == t0 == frozen_clock.now()
     end = timedelta(seconds=75.5 if reason == "time_limit" else 41.25)
     exited = {"exit_code": exit_code, "reason": reason}
 
+    frozen_clock.set(t0 + timedelta(seconds=2))
     batch(agent, item(four, 1, "accepted"))
-    clock.now = t0 + timedelta(seconds=3)
+    frozen_clock.set(t0 + timedelta(seconds=3))
     batch(agent, item(four, 2, "running", pid=9), item(two, 1, "running", pid=9))  # two: accepted folded in
-    clock.now = t0 + end
+    frozen_clock.set(t0 + end)
     batch(agent, item(four, 3, "exited", **exited), item(four, 4, "finished"),
           item(two, 2, "finished", exited=exited))
     # the accept of "four" came a second earlier: everything else is the same
@@ -130,10 +115,14 @@ def test_a_batch_applies_each_report_once_in_seq_order(owner, agent):
     assert Job.objects.get(pk=one.pk).events.count() == 5
 
 
-def test_a_batch_that_partly_fails_loses_and_doubles_nothing(owner, agent, monkeypatch):
+def test_a_batch_that_partly_fails_loses_and_doubles_nothing(frozen_clock, owner, agent, monkeypatch):
     one, two, three = submit(owner), submit(owner), submit(owner)
-    stranger = submit(owner)  # the fourth GPU of node-a; then the server moves on to attempt 2
-    Job.objects.filter(pk=stranger.pk).update(attempt=2)  # the server moved on: stale
+    stranger = submit(owner)  # the fourth GPU of node-a; then the server moves on to attempt 2:
+    batch(agent, item(stranger, 1, "accepted"))
+    frozen_clock.advance(1)
+    node = Lease.objects.get(job=stranger).node  # its agent restarted and no longer lists it
+    assert services.jobs_reconcile_heartbeat(node=node, running=[], min_age_s=0) == 1
+    assert Job.objects.get(pk=stranger.pk).attempt == 2
     real = services._HANDLERS["running"]
     calls = {"n": 0}
 
@@ -145,7 +134,7 @@ def test_a_batch_that_partly_fails_loses_and_doubles_nothing(owner, agent, monke
 
     monkeypatch.setitem(services._HANDLERS, "running", flaky)
     items = [item(one, 1, "running"), item(two, 1, "running"), item(two, 2, "finished", exited={
-        "exit_code": 0, "reason": "exit"}), item(three, 1, "running", pid="x"), {**item(stranger, 1, "running")},
+        "exit_code": 0, "reason": "exit"}), item(three, 1, "running", pid="x"), {**item(stranger, 2, "running")},
         {"job_id": 999999, "attempt": 1, "seq": 1, "type": "running"}, item(three, 2, "running")]
     answers = batch(agent, *items)
     assert [a["status"] for a in answers] == [200, 500, 503, 400, 409, 404, 200]

@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from e31site.devstack import BASE_DIR, free_port
+from devstack import BASE_DIR, free_port
 from tests.e2e.test_five_steps import wait_released
 from tests.security.test_sandbox import (
     DENIED_ROUTES,

@@ -1,11 +1,11 @@
 """My jobs, the job page, its log, bundle and cancel; a stranger gets 404 everywhere."""
 import re
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.utils.html import escape
 
 from apps.jobs.models import Job
+from apps.pool.scheduling import schedule_cycle
 
 from .factories import Agent, finished_job, queued_job, rented_job
 
@@ -25,9 +25,12 @@ def test_it_lists_my_jobs_newest_first_and_not_anyone_elses(web, user, stranger_
 
 def test_it_shows_state_in_words_queue_and_cost(web, user, node):
     finished_job(user, name="done-job")
-    job = queued_job(user, name="waiting-job")  # after the cycle above, so it stays queued
-    Job.objects.filter(pk=job.pk).update(queue_position=3,
-                                         estimated_start_at=timezone.now() + timedelta(hours=1))
+    rented_job(user, name="holder", compute={"gpus": 4, "time_limit": "1h"})  # the node is full for an hour
+    for name in ("ahead-1", "ahead-2", "waiting-job"):
+        queued_job(user, name=name, compute={"gpus": 4, "time_limit": "1h"})
+    schedule_cycle()  # the cycle places each in the queue and estimates its start
+    job = Job.objects.get(name="waiting-job")
+    assert job.queue_position == 3 and job.estimated_start_at is not None
     html = web.get("/").content.decode()
     assert "Queued" in html and "#3" in html and "starts ≈" in html
     assert "Released · Succeeded" in html
@@ -43,13 +46,10 @@ def test_it_filters_by_state(web, user, node):
     assert "now-rented" in html and "still-queued" in html
 
 
-def test_it_pages_by_fifty(web, user):
-    now = timezone.now()
-    Job.objects.bulk_create([
-        Job(owner=user, name=f"bulk-{i:02d}", spec={"compute": {}}, gpus_per_node=1,
-            time_limit_s=60, submitted_at=now - timedelta(minutes=i))
-        for i in range(51)
-    ])
+def test_it_pages_by_fifty(frozen_clock, web, user, node):
+    for i in reversed(range(51)):  # bulk-00 is the newest, a minute after bulk-01
+        queued_job(user, name=f"bulk-{i:02d}")
+        frozen_clock.advance(minutes=1)
     first = web.get("/").content.decode()
     assert "bulk-00" in first and "bulk-49" in first and "bulk-50" not in first
     assert "Page 1 of 2" in first and "page=2" in first
@@ -65,13 +65,15 @@ def test_it_invites_a_new_user_to_submit(web):
 
 # --- the job page ------------------------------------------------------------
 def test_the_page_of_a_queued_job_shows_its_place_and_why(web, user, node):
-    job = queued_job(user, name="in-line")
-    Job.objects.filter(pk=job.pk).update(
-        queue_position=2, pending_reason="behind 1 job of higher priority",
-        estimated_start_at=timezone.now() + timedelta(minutes=5))
+    rented_job(user, name="holder", compute={"gpus": 4, "time_limit": "5m"})
+    queued_job(user, name="first-in-line", compute={"gpus": 4, "time_limit": "10m"})
+    job = queued_job(user, name="in-line", compute={"gpus": 4, "time_limit": "10m"})
+    schedule_cycle()
+    job.refresh_from_db()
+    assert job.queue_position == 2 and job.pending_reason
     html = web.get(f"/jobs/{job.pk}/").content.decode()
     assert "In the queue" in html and "#2" in html
-    assert "Behind 1 job of higher priority" in html
+    assert escape(job.pending_reason[0].upper() + job.pending_reason[1:]) in html  # capfirst
     assert "Cancel job" in html
     assert "submitted" in html  # the timeline's first event
 

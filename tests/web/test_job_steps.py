@@ -8,6 +8,7 @@ from apps.jobs.fragments import job_steps
 from apps.jobs.models import Job
 from apps.jobs.services import job_cancel, jobs_handle_node_loss
 from apps.jobs.sources import source_words
+from apps.pool.scheduling import schedule_cycle
 
 from .factories import Agent, finished_job, queued_job, rented_job
 
@@ -77,11 +78,14 @@ def test_a_job_released_by_node_loss_keeps_no_stale_progress_words(user, node, w
 
 
 def test_a_queued_job_says_why_it_waits_once(user, node, web):
-    job = queued_job(user)
-    Job.objects.filter(pk=job.pk).update(pending_reason="waiting for 1 GPU to come free")
+    rented_job(user, name="holder", compute={"gpus": 4, "time_limit": "5m"})
+    job = queued_job(user, compute={"gpus": 4, "time_limit": "5m"})
+    schedule_cycle()
+    job.refresh_from_db()
+    assert job.pending_reason.startswith("waiting for")
     html = web.get(f"/jobs/{job.pk}/").content.decode()
-    assert "Why it waits" in html and "Waiting for 1 GPU to come free" in html
-    assert "Waiting for</dt>" not in html
+    assert "Why it waits" in html and "Waiting for " in html
+    assert "Waiting for</dt>" not in html and "Waiting for: waiting" not in html
 
 
 def test_a_staging_failure_names_the_users_file_and_target_not_the_internal_id(user, node, web):

@@ -20,6 +20,7 @@ from apps.pool.choices import NodeState
 from apps.pool.models import Node
 from apps.pool.scheduling import schedule_cycle
 from e31site.asgi import application
+from tests.drive import pool_drain
 
 from .factories import Agent, UserFactory, queued_job, rented_job
 
@@ -228,8 +229,9 @@ def test_it_sends_a_new_snapshot_when_the_client_asks(owner):
 
 
 def hold_queue() -> None:
-    """Every node down: jobs are accepted (a node could hold them) but wait in the queue."""
-    Node.objects.update(state=NodeState.DOWN)
+    """Every node draining (the operator's ``node_set_drain``): jobs are accepted (a node could hold
+    them) but wait in the queue."""
+    pool_drain()
 
 
 def test_a_page_rendered_before_a_change_gets_it_in_the_snapshot(owner):

@@ -21,8 +21,7 @@ from django.urls import reverse
 
 from apps.jobs import live
 from apps.jobs.services import job_cancel
-from apps.pool.choices import NodeState
-from apps.pool.models import Node
+from tests.drive import pool_drain
 
 from .factories import UserFactory, queued_job
 from .test_live_consumers import communicator, content, cookie_of, db, run
@@ -55,7 +54,8 @@ def small_channels(settings):
 
 
 def hold_queue() -> None:
-    Node.objects.update(state=NodeState.DOWN)
+    """Every node draining: jobs are accepted but wait in the queue."""
+    pool_drain()
 
 
 def test_every_frame_says_its_numbers_in_order(small_channels):

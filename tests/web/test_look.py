@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from apps.jobs.choices import JobState, Outcome
 from apps.jobs.models import Job
 from apps.pool.choices import NodeState
+from apps.pool.services import node_set_drain, nodes_mark_lost
 
 from .factories import finished_job, queued_job
 
@@ -38,9 +39,14 @@ def test_icons_are_not_font_glyphs_that_some_systems_lack():
 
 
 @pytest.mark.parametrize("state", NodeState.values)
-def test_node_states_have_icons_too(staff_web, node, state):
-    node.state = state
-    node.save()
+def test_node_states_have_icons_too(frozen_clock, staff_web, node, state, settings):
+    if state == NodeState.DRAINING:
+        node_set_drain(node=node, drain=True)  # as the operator drains it
+    elif state == NodeState.DOWN:
+        frozen_clock.advance(settings.E31_NODE_LOSS_TIMEOUT_S + 1)  # its agent falls silent
+        assert nodes_mark_lost() == [node.pk]
+    node.refresh_from_db()
+    assert node.state == state
     html = staff_web.get("/pool/").content.decode()
     assert f'<svg class="icon icon-{state}"' in html
 

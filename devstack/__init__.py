@@ -5,6 +5,11 @@ tests and benchmarks.
 Celery beat, and agents with simulated GPUs, all against the PostgreSQL and
 Redis given. It is the same code and the same processes as the ``Procfile``,
 not a test double.
+
+A top-level package of the repository, not of the wheel (pyproject's package list names only
+``apps`` and ``e31site``): tests import it from the repository root (pytest's rootdir), benchmarks
+and ``scripts/gpu_smoke.py`` put the root on ``sys.path`` first. Moved from ``e31site/devstack.py``
+(issue 13).
 """
 from __future__ import annotations
 

@@ -1,0 +1,17 @@
+"""The server's clock: the one "now" of every service (SPEC §4, one clock).
+
+Services take ``now=`` where a caller may know the time better (a report's arrival); otherwise they
+ask :func:`now`. It reads Django's aware UTC clock (``django.utils.timezone.now``), so a test that
+freezes the process clock (``tests/clock.py``, the ``time-machine`` package) freezes it here and in
+every service still calling ``timezone.now`` directly, with no patching of this module.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.utils import timezone
+
+
+def now() -> datetime:
+    """The current time: an aware ``datetime`` in UTC, microsecond resolution, the server's clock."""
+    return timezone.now()
