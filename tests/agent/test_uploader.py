@@ -34,7 +34,7 @@ def bundle(tmp_path: Path):
     job.mkdir()
     (job / "weights.bin").write_bytes(os.urandom(5 * CHUNK + 123))  # incompressible
     (job / "metrics.json").write_text('{"loss": 0.1}')
-    return pack(job, ["*"], tmp_path / "bundle.tar.gz", job_id=5)
+    return pack(job, ["*"], tmp_path / "bundle.tar", job_id=5)
 
 
 def _puts(server) -> int:
