@@ -12,9 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from .models import Bundle, BundlePart, Upload
-from .verify import BundleInvalid, TeeReader, verify_stream
+from .verify import BundleInvalid, Verified, verify_archive
 
 CHUNK_MAX_BYTES = 8 * 1024 * 1024
+BUNDLE_NAMES = {"tar": "bundle.tar", "tar.gz": "bundle.tar.gz"}  # stored name by archive format
+MANIFEST_FILES_MAX = 100_000  # files a manifest may list (the agent API's BundleCompleteSerializer)
+# Archive bytes one file takes beside its data, at most: a pax header with a 1,000-character
+# path (3 blocks), its ustar header, padding, and its line in manifest.json.
+FILE_ROOM_BYTES = 6 * 512
 
 
 class ChunkError(Exception):
@@ -50,11 +55,13 @@ def upload_create(*, owner, name: str, fileobj: File) -> Upload:
 
 def bundle_max_bytes() -> int:
     """Largest archive accepted, bytes: ``E31_BUNDLE_MAX_BYTES`` (the cap on the files the agent packs)
-    plus room for tar headers and gzip framing on incompressible data (1 % + 1 MiB)."""
+    plus room for what is not file data: 1 % + 1 MiB (gzip framing of an older agent's tar.gz) and
+    ``FILE_ROOM_BYTES`` for each of up to ``MANIFEST_FILES_MAX`` files (a plain tar's headers
+    are not compressed)."""
     from django.conf import settings
 
     cap = settings.E31_BUNDLE_MAX_BYTES
-    return cap + cap // 100 + (1 << 20)
+    return cap + cap // 100 + (1 << 20) + MANIFEST_FILES_MAX * FILE_ROOM_BYTES
 
 
 def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
@@ -64,7 +71,8 @@ def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
 
 
 def _partial_name(job, attempt: int, rank: int) -> str:
-    """Storage name of the archive being received (chunks are written into it at their offsets)."""
+    """Storage name of the archive being received (chunks are written into it at their offsets).
+    The name is the one from before plain tars, so an upload in flight across the upgrade goes on."""
     return f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz.partial"
 
 
@@ -122,36 +130,46 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
 
 def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256: str,
                     files: list[dict[str, Any]], retention_days: int) -> Bundle:
-    """Verify the received archive whole, then keep it as ``bundle.tar.gz``.
+    """Verify the received archive whole, then keep it as ``bundle.tar`` (``bundle.tar.gz`` from an
+    older agent).
 
-    In one read of the archive (:mod:`.verify`): its size and sha256 against
-    the claim, and every file against the manifest ``files`` (each member a
-    regular file with a safe name, listed once, its size and sha256 as
-    listed; every listed file present). Only a bundle that passes is kept;
-    the agent sends ``finished`` (and the job is released) only after this
-    answers 200. Idempotent: completing a complete bundle with the same
-    checksum is a no-op. A refused bundle starts over: what was received is
-    dropped, so the agent may upload it again from byte 0
-    (docs/agent-protocol.md).
+    In one read of the archive (:func:`.verify.verify_archive`): its size and sha256 against
+    the claim, and every file against the manifest ``files`` (each member a regular file with
+    a safe name, listed once, its size and sha256 as listed; every listed file present). The
+    kept manifest gives each file of a ``tar`` its data ``offset`` in the archive (issue 16:
+    one file is a Range read). Only a bundle that passes is kept; the agent sends
+    ``finished`` (and the job is released) only after this answers 200. The archive is read
+    outside any row lock (a multi-GB bundle once held its row for the whole read); a chunk
+    that arrived meanwhile makes this a conflict to retry. Idempotent: completing a complete
+    bundle with the same checksum is a no-op. A refused bundle starts over: what was received
+    is dropped, so the agent may upload it again from byte 0 (docs/agent-protocol.md).
 
     Raises:
-        ChunkError: size, checksum or manifest differ (the message says which
-            file); its ``received_bytes`` is then 0.
+        ChunkError: size, checksum or manifest differ (the message says which file); its
+            ``received_bytes`` is then 0. A conflict when the bundle is already complete with
+            another checksum, or grew while it was read.
     """
     with transaction.atomic():
         bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
         if bundle.completed_at:
-            if bundle.sha256 == sha256.lower():
-                return bundle
-            raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
-        partial = default_storage.path(_partial_name(job, attempt, rank))
-        problem = _received_problem(bundle, partial, size_bytes=size_bytes, sha256=sha256, files=files)
-        if problem is None:
-            name = f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz"
+            return _already_complete(bundle, sha256)
+    received = bundle.received_bytes
+    partial = default_storage.path(_partial_name(job, attempt, rank))
+    problem, found = _received_problem(bundle, partial, size_bytes=size_bytes, sha256=sha256, files=files)
+    with transaction.atomic():
+        bundle = Bundle.objects.select_for_update().get(pk=bundle.pk)
+        if bundle.completed_at:
+            return _already_complete(bundle, sha256)
+        if bundle.received_bytes != received:
+            raise ChunkError("the bundle grew while it was verified; complete it again", bundle.received_bytes,
+                             conflict=True)
+        if problem is None and found is not None:
+            name = f"bundles/{job.pk}/{attempt}/{rank}/{BUNDLE_NAMES[found.format]}"
             os.replace(partial, default_storage.path(name))
             bundle.parts.all().delete()
             bundle.file.name = name
-            bundle.size_bytes, bundle.sha256, bundle.files = size_bytes, sha256.lower(), files
+            bundle.size_bytes, bundle.sha256 = size_bytes, sha256.lower()
+            bundle.files = [_with_offset(f, found.offsets.get(f["path"])) for f in files]
             bundle.completed_at = timezone.now()
             bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
             bundle.save()
@@ -164,37 +182,36 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
     raise ChunkError(f"{problem}; send the bundle again from byte 0", 0)
 
 
+def _already_complete(bundle: Bundle, sha256: str) -> Bundle:
+    if bundle.sha256 == sha256.lower():
+        return bundle
+    raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
+
+
+def _with_offset(entry: dict[str, Any], offset: int | None) -> dict[str, Any]:
+    """A manifest entry as kept: path, size_bytes, sha256, and ``offset`` (bytes into the archive
+    where the file's data starts) when the archive is a plain tar."""
+    kept = {"path": entry["path"], "size_bytes": entry["size_bytes"], "sha256": str(entry["sha256"]).lower()}
+    if offset is not None:
+        kept["offset"] = offset
+    return kept
+
+
 def _received_problem(bundle: Bundle, partial: str, *, size_bytes: int, sha256: str,
-                      files: list[dict[str, Any]]) -> str | None:
-    """What is wrong with the received archive at ``partial`` against the claim, or None."""
+                      files: list[dict[str, Any]]) -> tuple[str | None, Verified | None]:
+    """(what is wrong with the received archive at ``partial`` against the claim, or None;
+    what verifying it found, or None)."""
     if bundle.received_bytes != size_bytes:
-        return f"{bundle.received_bytes} bytes received, {size_bytes} announced"
+        return f"{bundle.received_bytes} bytes received, {size_bytes} announced", None
     if not os.path.exists(partial):
-        return "no bytes of the bundle were received"
-    with open(partial, "rb") as fh:
-        reader = TeeReader(_Limited(fh, size_bytes))
-        try:
-            verify_stream(reader, files)
-        except BundleInvalid as exc:
-            return f"bundle does not match its manifest: {exc}"
-    if reader.digest.hexdigest() != sha256.lower() or reader.size != size_bytes:
-        return "bundle checksum does not match its parts"
-    return None
-
-
-class _Limited:
-    """At most ``size`` bytes of ``raw`` (what was received, never more)."""
-
-    def __init__(self, raw: Any, size: int):
-        self.raw = raw
-        self.left = size
-
-    def read(self, n: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        data = self.raw.read(self.left if n < 0 else min(n, self.left))
-        self.left -= len(data)
-        return data
+        return "no bytes of the bundle were received", None
+    try:
+        found = verify_archive(partial, size_bytes, files)
+    except BundleInvalid as exc:
+        return f"bundle does not match its manifest: {exc}", None
+    if found.sha256 != sha256.lower():
+        return "bundle checksum does not match its parts", None
+    return None, found
 
 
 def bundles_latest(job) -> list[Bundle]:
