@@ -247,3 +247,31 @@ def test_under_asgi_the_download_streams_in_blocks(owner, pool):
     assert len(blocks) > 1 and max(len(b) for b in blocks) <= BLOCK
     status, _, blocks = async_to_sync(fetch)(Range="bytes=10-2000009")
     assert status == 206 and b"".join(blocks) == archive[10:2000010]
+
+
+def test_a_chunk_with_a_wrong_checksum_is_refused_and_leaves_nothing(job):
+    """The chunk is hashed while it is written; a refused one is cut off again."""
+    from django.core.files.storage import default_storage
+
+    from apps.artifacts.services import _partial_name
+
+    first = os.urandom(1000)
+    bundle_put_chunk(job=job, attempt=1, offset=0, data=first, sha256=hashlib.sha256(first).hexdigest())
+    second = os.urandom(5000)
+    with pytest.raises(ChunkError, match="chunk checksum does not match") as caught:
+        bundle_put_chunk(job=job, attempt=1, offset=1000, data=second, sha256="0" * 64)
+    assert not caught.value.conflict and caught.value.received_bytes == 1000
+    assert os.path.getsize(default_storage.path(_partial_name(job, 1, 0))) == 1000
+    assert Bundle.objects.get(job=job, attempt=1).received_bytes == 1000
+
+
+def test_chunks_of_32_mib_are_taken(job):
+    from apps.artifacts.services import CHUNK_MAX_BYTES
+
+    chunk = os.urandom(CHUNK_MAX_BYTES)
+    assert CHUNK_MAX_BYTES == 32 * 1024 * 1024
+    assert bundle_put_chunk(job=job, attempt=1, offset=0, data=chunk,
+                            sha256=hashlib.sha256(chunk).hexdigest()) == CHUNK_MAX_BYTES
+    with pytest.raises(ChunkError, match="at most"):
+        bundle_put_chunk(job=job, attempt=1, offset=CHUNK_MAX_BYTES, data=chunk + b"x",
+                         sha256=hashlib.sha256(chunk + b"x").hexdigest())
