@@ -68,6 +68,11 @@ class Bundle(models.Model):
     def __str__(self) -> str:
         return f"bundle of job {self.job_id} attempt {self.attempt} rank {self.rank}"
 
+    @property
+    def archive_name(self) -> str:
+        """``bundle.tar``, or ``bundle.tar.gz`` for one an older agent packed (its stored name)."""
+        return "bundle.tar.gz" if self.file.name.endswith(".tar.gz") else "bundle.tar"
+
 
 class BundlePart(models.Model):
     """One verified chunk ``[offset, offset + size_bytes)`` of a bundle upload."""
