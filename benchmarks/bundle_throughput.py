@@ -208,6 +208,8 @@ def _download(stack, token: str, job_id: int, bundle, work: Path) -> dict:
     with open(target, "rb") as fh:
         assert hashlib.file_digest(fh, "sha256").hexdigest() == bundle.sha256, "downloaded bundle differs"
     target.unlink()
+    conn.close()  # idle past uvicorn's keep-alive (5 s) while the file was checked: a new connection
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
     t = time.perf_counter()
     with open(target, "wb", buffering=0) as out:
         got = 0
