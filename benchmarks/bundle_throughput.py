@@ -1,12 +1,24 @@
-"""Upload and download throughput of a 1 GB output bundle through the real server, against a plain
-file copy on the same machine in the same run (issue 4).
+"""Packing, upload and download throughput of a 1 GB output bundle, against baselines measured in
+the same run on the same bytes (issue 4, issue 15 item 2 and local mode of "Done when").
 
-Upload: the agent's own code (``e31_agent.uploader.upload_bundle``: verified 8 MiB chunks, then
-``complete``, where the server joins the parts and checks the whole archive and every file of the
-manifest) against a uvicorn web process of ``devstack/``, the node played by this script
-with a real node token. Download: ``GET /api/v1/jobs/<id>/bundle/`` as the job's owner, once whole
-and once in 64 MiB ``Range`` requests. Baseline: ``shutil.copyfile`` of the same archive (median of
-three), and a sha256 over it (the least the server must do). Figures in MB/s (10^6 bytes per second).
+Two bundles, reported apart: one file of random bytes (incompressible, like weights or video) and one
+of text (log-like lines, compressible). For each:
+
+* **packing**: the agent's packer (``e31_agent.packer.pack``: uncompressed pax tar, the sha256 of each
+  file and of the archive, each byte read once) against one sha256 over the same archive
+  (``hashlib.file_digest``); goal >= 0.5 of it (issue 15). Median of three, interleaved.
+* **upload**: the agent's own uploader (``e31_agent.uploader.upload_bundle``: verified chunks, then
+  ``complete``, where the server checks the whole archive and every file of the manifest) against a
+  uvicorn web process of ``devstack/`` with local storage, the node played by this script
+  with a real node token; against a plain copy of the archive (``shutil.copyfile``, median of three);
+  goal >= 0.20 of it (issue 15).
+* **download**: ``GET /api/v1/jobs/<id>/bundle/`` as the job's owner with a plain HTTP client
+  (``http.client``, 4 MiB reads into a file, as ``curl -o`` does), once whole and once in 64 MiB
+  ``Range`` requests; the file's sha256 is checked after the clock stops.
+
+Also printed for context: a write of the same bytes from user space (``os.read``/``os.write``, 4 MiB
+buffers; the copy runs in the kernel, ``copy_file_range``), and what gzip level 1 (the old format)
+would have made of the first 64 MB. Figures in MB/s (10^6 bytes per second).
 
     .venv/bin/python benchmarks/bundle_throughput.py [--size-mb 1000] [--json]
 """
@@ -14,14 +26,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 from _stack import ROOT, live_stack, manage, percentile
@@ -31,131 +47,234 @@ sys.path.insert(0, str(ROOT / "agent"))
 from e31_agent.client import ApiClient  # noqa: E402
 from e31_agent.models import GpuInfo, Inventory  # noqa: E402
 from e31_agent.packer import pack  # noqa: E402
-from e31_agent.uploader import upload_bundle  # noqa: E402
+from e31_agent.uploader import CHUNK_BYTES, upload_bundle  # noqa: E402
 
 RANGE_BYTES = 64 * 1024 * 1024
+READ_BYTES = 4 * 1024 * 1024
+KINDS = ("random", "text")
 
 
 def _mbps(size: int, seconds: float) -> float:
     return round(size / seconds / 1e6, 1)
 
 
-def _job_in_output(stack, token: str, node_token: str) -> tuple[ApiClient, int]:
-    """Register the benchmark's node, submit a one-GPU job, and report it to the output step."""
+def _make_output(job_dir: Path, kind: str, size_mb: int) -> None:
+    """``size_mb`` MB of random bytes (``weights.bin``) or of log-like text (``train.log``)."""
+    job_dir.mkdir(parents=True)
+    if kind == "random":
+        with open(job_dir / "weights.bin", "wb") as fh:
+            for _ in range(size_mb):
+                fh.write(os.urandom(1_000_000))
+        return
+    rng = random.Random(15)
+    lines = [f"2026-12-01T19:{rng.randrange(60):02d}:{rng.randrange(60):02d} step {i} loss {rng.random():.6f} "
+             f"lr {rng.random() / 1000:.3e} grad_norm {rng.random() * 10:.4f} tokens/s {rng.randrange(10**6)}\n"
+             for i in range(40_000)]
+    block = "".join(lines).encode()  # about 4 MB; repeated (gzip's 32 KiB window never sees the repeat)
+    left = size_mb * 1_000_000
+    with open(job_dir / "train.log", "wb") as fh:
+        while left > 0:
+            fh.write(block[:left])
+            left -= len(block)
+
+
+def _user_space_write(src: Path, dst: Path) -> None:
+    buf = bytearray(READ_BYTES)
+    view = memoryview(buf)
+    fin = os.open(src, os.O_RDONLY)
+    fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while n := os.readv(fin, [buf]):
+            out = view[:n]
+            while out:
+                out = out[os.write(fout, out):]
+    finally:
+        os.close(fin)
+        os.close(fout)
+
+
+def _local(work: Path, kind: str, size_mb: int) -> dict:
+    """Pack the bundle of ``kind``; packing, sha256, copy and user-space write, each the median of three."""
+    job_dir = work / f"job-{kind}"
+    _make_output(job_dir, kind, size_mb)
+    times: dict[str, list[float]] = {"pack": [], "sha256": [], "copy": [], "write": []}
+    bundle = None
+    for _ in range(3):  # interleaved: the page cache and write-back make one run noisy
+        t = time.perf_counter()
+        bundle = pack(job_dir, ["**"], work / f"bundle-{kind}.tar", job_id=1)
+        times["pack"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with open(bundle.path, "rb") as fh:
+            hashlib.file_digest(fh, "sha256")
+        times["sha256"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        shutil.copyfile(bundle.path, work / "copy")
+        times["copy"].append(time.perf_counter() - t)
+        (work / "copy").unlink()
+        t = time.perf_counter()
+        _user_space_write(bundle.path, work / "copy")
+        times["write"].append(time.perf_counter() - t)
+        (work / "copy").unlink()
+    assert bundle is not None
+    shutil.rmtree(job_dir)
+    with open(bundle.path, "rb") as fh:
+        sample = fh.read(64_000_000)
+    gz = zlib.compressobj(1, zlib.DEFLATED, 31)
+    gz_bytes = len(gz.compress(sample)) + len(gz.flush())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    size = bundle.size_bytes
+    return {"bundle": bundle, "size": size, "seconds": med,
+            "pack_mb_per_s": _mbps(size, med["pack"]), "sha256_mb_per_s": _mbps(size, med["sha256"]),
+            "copy_mb_per_s": _mbps(size, med["copy"]), "user_space_write_mb_per_s": _mbps(size, med["write"]),
+            "pack_ratio_to_sha256": round(med["sha256"] / med["pack"], 3),
+            "pack_mb_per_s_all": [_mbps(size, s) for s in times["pack"]],
+            "gzip1_size_ratio_first_64mb": round(gz_bytes / len(sample), 3)}
+
+
+def _node(stack, node_token: str) -> ApiClient:
     agent = ApiClient(stack.url, node_token, timeout_s=600)
     agent.register(Inventory(hostname="bench-host", agent_version="bench", cpus=8, memory_bytes=64 * 10**9,
                              disk_bytes=10**12, runtimes=[], simulated=True,
-                             gpus=[GpuInfo(index=0, uuid="GPU-bench-0", model="H100-80GB", memory_mb=81920)]))
+                             gpus=[GpuInfo(index=i, uuid=f"GPU-bench-{i}", model="H100-80GB", memory_mb=81920)
+                                   for i in range(len(KINDS))]))
+    return agent
+
+
+def _job_in_output(stack, agent: ApiClient, token: str) -> int:
+    """Submit a one-GPU job and report it to the output step; its id."""
     user = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=60)
     job_id = user.post("/api/v1/jobs/", json={"name": "bundle-bench", "work": {"command": "true"},
                                               "compute": {"gpus": 1, "time_limit": "1h"},
                                               "output": {"paths": ["**"]}}).json()["id"]
     deadline = time.monotonic() + 30
-    while not (work := agent.work(1)).assignments and time.monotonic() < deadline:
-        pass
-    [assignment] = work.assignments
+    mine: list = []
+    while not mine and time.monotonic() < deadline:
+        mine = [a for a in agent.work(1).assignments if a.job_id == job_id]
+    [assignment] = mine
     for seq, (kind, extra) in enumerate([("accepted", {}), ("running", {"pid": 1}),
                                           ("exited", {"exit_code": 0, "reason": "exit"})], 1):
         agent.report(job_id, {"attempt": assignment.attempt, "seq": seq, "type": kind, **extra})
-    return agent, job_id
+    return job_id
+
+
+def _upload(agent: ApiClient, job_id: int, bundle) -> dict:
+    """Upload with the agent's uploader; total seconds, ``complete`` seconds, and each chunk PUT's."""
+    timings: dict[str, float] = {}
+    put_s: list[float] = []
+    complete, put = agent.bundle_complete, agent.bundle_put
+
+    def timed_complete(*a, **kw):
+        started = time.perf_counter()
+        try:
+            return complete(*a, **kw)
+        finally:
+            timings["complete_s"] = time.perf_counter() - started
+
+    def timed_put(*a, **kw):
+        started = time.perf_counter()
+        try:
+            return put(*a, **kw)
+        finally:
+            put_s.append(time.perf_counter() - started)
+
+    agent.bundle_complete, agent.bundle_put = timed_complete, timed_put  # the server's part, timed apart
+    t = time.perf_counter()
+    upload_bundle(agent, job_id, 1, bundle)
+    seconds = time.perf_counter() - t
+    agent.bundle_complete, agent.bundle_put = complete, put
+    return {"seconds": seconds, "complete_s": timings["complete_s"], "put_s": put_s}
+
+
+def _get(conn: http.client.HTTPConnection, url: str, token: str, out, headers: dict | None = None) -> int:
+    """One GET into ``out`` in 4 MiB reads; the status."""
+    conn.request("GET", url, headers={"Authorization": f"Token {token}", **(headers or {})})
+    resp = conn.getresponse()
+    buf = bytearray(READ_BYTES)
+    view = memoryview(buf)
+    while n := resp.readinto(buf):
+        out.write(view[:n])
+    return resp.status
+
+
+def _download(stack, token: str, job_id: int, bundle, work: Path) -> dict:
+    url = urlparse(stack.url)
+    path = f"/api/v1/jobs/{job_id}/bundle/"
+    target = work / "download"
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+    t = time.perf_counter()
+    with open(target, "wb", buffering=0) as out:
+        assert _get(conn, path, token, out) == 200
+    whole_s = time.perf_counter() - t
+    with open(target, "rb") as fh:
+        assert hashlib.file_digest(fh, "sha256").hexdigest() == bundle.sha256, "downloaded bundle differs"
+    target.unlink()
+    conn.close()  # idle past uvicorn's keep-alive (5 s) while the file was checked: a new connection
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+    t = time.perf_counter()
+    with open(target, "wb", buffering=0) as out:
+        got = 0
+        while got < bundle.size_bytes:
+            assert _get(conn, path, token, out, {"Range": f"bytes={got}-{got + RANGE_BYTES - 1}"}) == 206
+            got = out.tell()
+    ranged_s = time.perf_counter() - t
+    with open(target, "rb") as fh:
+        assert hashlib.file_digest(fh, "sha256").hexdigest() == bundle.sha256, "ranged download differs"
+    target.unlink()
+    conn.close()
+    return {"whole_s": whole_s, "ranged_s": ranged_s}
 
 
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=int, default=1000, help="size of the job's output file, MB (10^6 bytes)")
+    parser.add_argument("--size-mb", type=int, default=1000, help="size of each job's output file, MB (10^6 bytes)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="e31-bundle-bench-") as tmp:
         work = Path(tmp)
-        job_dir = work / "job"
-        job_dir.mkdir()
-        with open(job_dir / "weights.bin", "wb") as fh:  # incompressible, like model weights
-            for _ in range(args.size_mb):
-                fh.write(os.urandom(1_000_000))
-        t = time.perf_counter()
-        bundle = pack(job_dir, ["**"], work / "bundle.tar.gz", job_id=1)
-        pack_s = time.perf_counter() - t
-        size = bundle.size_bytes
-
-        copies = []
-        for _ in range(3):  # the median of three: the page cache and write-back make one copy noisy
-            t = time.perf_counter()
-            shutil.copyfile(bundle.path, work / "copy.tar.gz")
-            copies.append(time.perf_counter() - t)
-            (work / "copy.tar.gz").unlink()
-        copy_s = statistics.median(copies)
-        t = time.perf_counter()
-        with open(bundle.path, "rb") as fh:
-            hashlib.file_digest(fh, "sha256")
-        sha_s = time.perf_counter() - t
-
+        local = {kind: _local(work, kind, args.size_mb) for kind in KINDS}
         with live_stack([]) as (stack, token):
-            node_token = manage("issue_node_token", "bench-node")
-            agent, job_id = _job_in_output(stack, token, node_token)
-            complete = agent.bundle_complete
-            timings: dict[str, float] = {}
-
-            def timed_complete(*a, **kw):
-                started = time.perf_counter()
-                try:
-                    return complete(*a, **kw)
-                finally:
-                    timings["complete_s"] = time.perf_counter() - started
-
-            agent.bundle_complete = timed_complete  # the server's join and verification, timed apart
-            put = agent.bundle_put
-            put_s: list[float] = []
-
-            def timed_put(*a, **kw):
-                started = time.perf_counter()
-                try:
-                    return put(*a, **kw)
-                finally:
-                    put_s.append(time.perf_counter() - started)
-
-            agent.bundle_put = timed_put
-            t = time.perf_counter()
-            upload_bundle(agent, job_id, 1, bundle)
-            upload_s = time.perf_counter() - t
+            agent = _node(stack, manage("issue_node_token", "bench-node"))
+            for kind in KINDS:
+                job_id = _job_in_output(stack, agent, token)
+                got = local[kind]
+                up = _upload(agent, job_id, got["bundle"])
+                down = _download(stack, token, job_id, got["bundle"], work)
+                size, copy_s = got["size"], got["seconds"]["copy"]
+                puts = up["put_s"]
+                results[kind] = {
+                    "bundle_bytes": size, "files": len(got["bundle"].files),
+                    **{k: v for k, v in got.items() if k not in ("bundle", "size", "seconds")},
+                    "upload_mb_per_s": _mbps(size, up["seconds"]), "upload_seconds": round(up["seconds"], 2),
+                    "of_which_complete_seconds": round(up["complete_s"], 2),
+                    "chunk_bytes": CHUNK_BYTES, "chunks": len(puts),
+                    "chunk_put_ms_median": round(statistics.median(puts) * 1000, 1),
+                    "chunk_put_ms_p95": round(percentile(puts, 95) * 1000, 1),
+                    "download_mb_per_s": _mbps(size, down["whole_s"]),
+                    "download_range_64mib_mb_per_s": _mbps(size, down["ranged_s"]),
+                    "upload_ratio_to_copy": round(copy_s / up["seconds"], 3),
+                    "download_ratio_to_copy": round(copy_s / down["whole_s"], 3),
+                }
+                got["bundle"].path.unlink()
             agent.close()
-            user = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=600)
-            url = f"/api/v1/jobs/{job_id}/bundle/"
-            digest = hashlib.sha256()
-            t = time.perf_counter()
-            with user.stream("GET", url) as resp:
-                for chunk in resp.iter_bytes(1 << 20):
-                    digest.update(chunk)
-            download_s = time.perf_counter() - t
-            assert digest.hexdigest() == bundle.sha256, "downloaded bundle differs"
-            t = time.perf_counter()
-            got = 0
-            while got < size:
-                resp = user.get(url, headers={"Range": f"bytes={got}-{got + RANGE_BYTES - 1}"})
-                assert resp.status_code == 206, resp.status_code
-                got += len(resp.content)
-            ranged_s = time.perf_counter() - t
-    result = {
-        "benchmark": "bundle_throughput", "bundle_bytes": size,
-        "upload_mb_per_s": _mbps(size, upload_s), "download_mb_per_s": _mbps(size, download_s),
-        "download_range_64mib_mb_per_s": _mbps(size, ranged_s),
-        "baseline_copy_mb_per_s": _mbps(size, copy_s), "baseline_sha256_mb_per_s": _mbps(size, sha_s),
-        "pack_mb_per_s": _mbps(size, pack_s),
-        "upload_seconds": round(upload_s, 2), "of_which_complete_seconds": round(timings["complete_s"], 2),
-        "chunk_put_ms_median": round(statistics.median(put_s) * 1000, 1),
-        "chunk_put_ms_p95": round(percentile(put_s, 95) * 1000, 1),
-        "chunk_put_ms_first_tenth": round(statistics.mean(put_s[: max(1, len(put_s) // 10)]) * 1000, 1),
-        "chunk_put_ms_last_tenth": round(statistics.mean(put_s[-max(1, len(put_s) // 10):]) * 1000, 1),
-        "upload_ratio_to_copy": round(copy_s / upload_s, 3), "download_ratio_to_copy": round(copy_s / download_s, 3),
-    }
-    print(json.dumps(result) if args.json else
-          f"bundle of {size / 1e6:.0f} MB: upload {result['upload_mb_per_s']} MB/s (chunks + server verification), "
-          f"download {result['download_mb_per_s']} MB/s whole, {result['download_range_64mib_mb_per_s']} MB/s "
-          f"in 64 MiB ranges; plain copy {result['baseline_copy_mb_per_s']} MB/s, sha256 "
-          f"{result['baseline_sha256_mb_per_s']} MB/s (ratios to copy: upload {result['upload_ratio_to_copy']}, "
-          f"of its {upload_s:.1f} s {timings['complete_s']:.1f} s in complete, 8 MiB chunk PUT median "
-          f"{result['chunk_put_ms_median']} ms, p95 {result['chunk_put_ms_p95']} ms; "
-          f"download {result['download_ratio_to_copy']}); packing {result['pack_mb_per_s']} MB/s")
-    return result
+    out = {"benchmark": "bundle_throughput", "load_average_1m": round(os.getloadavg()[0], 2), **results}
+    if args.json:
+        print(json.dumps(out))
+        return out
+    for kind, r in results.items():
+        print(f"{kind} bundle, {r['bundle_bytes'] / 1e6:.0f} MB in {r['files']} file(s) "
+              f"(gzip -1 would keep {r['gzip1_size_ratio_first_64mb']:.0%} of it):\n"
+              f"  packing  {r['pack_mb_per_s']:>7} MB/s  vs one sha256 {r['sha256_mb_per_s']} MB/s: "
+              f"ratio {r['pack_ratio_to_sha256']} (goal >= 0.5; the three runs {r['pack_mb_per_s_all']})\n"
+              f"  upload   {r['upload_mb_per_s']:>7} MB/s  vs plain copy {r['copy_mb_per_s']} MB/s: "
+              f"ratio {r['upload_ratio_to_copy']} (goal >= 0.20; {r['upload_seconds']} s, of which complete "
+              f"{r['of_which_complete_seconds']} s; {r['chunks']} chunks of {r['chunk_bytes'] >> 20} MiB, PUT "
+              f"median {r['chunk_put_ms_median']} ms, p95 {r['chunk_put_ms_p95']} ms)\n"
+              f"  download {r['download_mb_per_s']:>7} MB/s  vs plain copy: ratio {r['download_ratio_to_copy']}; "
+              f"in 64 MiB ranges {r['download_range_64mib_mb_per_s']} MB/s\n"
+              f"  context: a user-space write of the same bytes {r['user_space_write_mb_per_s']} MB/s")
+    print(f"load average (1 min) at the end: {out['load_average_1m']}")
+    return out
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ serves ``STATIC_ROOT``, it is never reached.
 import os
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "e31site.settings")
+from e31site.asgibody import get_asgi_application  # noqa: E402  (bundle chunks read into memory)
+
 django_asgi = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

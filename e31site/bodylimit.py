@@ -15,7 +15,7 @@ ASGI middleware sits in front of it:
 
 Caps: ``E31_UPLOAD_MAX_BYTES`` + 1 MiB on the paths that take files
 (``/api/v1/uploads/``, ``/jobs/new/``); elsewhere ``DATA_UPLOAD_MAX_MEMORY_SIZE``
-+ 1 MiB (a bundle chunk is at most 8 MiB).
++ 1 MiB (a bundle chunk is at most 32 MiB).
 """
 from __future__ import annotations
 

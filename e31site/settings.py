@@ -227,7 +227,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024  # a bundle chunk is at most 8 MiB
+DATA_UPLOAD_MAX_MEMORY_SIZE = 34 * 1024 * 1024  # a bundle chunk is at most 32 MiB (apps/artifacts/services.py)
 # A file part of a multipart body past this goes to a temporary file, not memory; the
 # ASGI handler spools the raw body to disk past it too (docs/deploy.md "Request bodies").
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024

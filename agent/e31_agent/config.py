@@ -61,7 +61,7 @@ class Workdir:
         return self.logs / f"{job_id}-{attempt}.log"
 
     def bundle_path(self, job_id: int, attempt: int) -> Path:
-        return self.bundles / f"{job_id}-{attempt}.tar.gz"
+        return self.bundles / f"{job_id}-{attempt}.tar"
 
     def create(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

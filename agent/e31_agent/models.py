@@ -255,11 +255,21 @@ class WorkAnswer:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a bundle's manifest; ``size_bytes`` in bytes."""
+    """One file of a bundle's manifest; ``size_bytes`` in bytes.
+
+    ``offset``: where the file's bytes start inside the (uncompressed) archive, in bytes
+    from its first byte, so ``archive[offset:offset + size_bytes]`` is the file; None when
+    unknown (a bundle packed by an older agent, or read back from a ``bundle.json`` that
+    did not keep it). Omitted from :meth:`to_json` when None.
+    """
 
     path: str
     size_bytes: int
     sha256: str
+    offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.offset is None:
+            del data["offset"]
+        return data

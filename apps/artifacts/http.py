@@ -78,13 +78,26 @@ def byte_range(header: str, size: int) -> tuple[int, int] | None:
     return max(0, size - suffix), size - 1
 
 
+def archive_label(stored: str, filename: str, content_type: str) -> tuple[str, str]:
+    """The download name and type for a stored file: a bundle is a plain ``bundle.tar`` since
+    issue 15 (``bundle.tar.gz`` only from older agents); a name ending ``.tar.gz`` given for a
+    stored ``.tar`` becomes ``.tar`` with ``application/x-tar``, so ``tar xzf`` is never told a
+    plain tar is gzip. Other names are left as they are."""
+    if stored.endswith(".tar") and filename.endswith(".tar.gz"):
+        return filename[: -len(".gz")], "application/x-tar"
+    return filename, content_type
+
+
 def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, etag: str = "",
                content_type: str = "application/gzip") -> HttpResponse:
     """Answer 200 with the whole file, 206 with one range, or 416 for a range past the end.
 
     ``etag`` (for instance the file's sha256) is sent as a strong ETag; a
     ``Range`` with an ``If-Range`` that does not match it gets the whole file.
+    A stored plain ``.tar`` asked for as ``.tar.gz`` (the bundle views name every
+    bundle so) is sent as ``.tar``, ``application/x-tar``: see :func:`archive_label`.
     """
+    filename, content_type = archive_label(fieldfile.name or "", filename, content_type)
     wanted = byte_range(request.headers.get("Range", ""), size)
     if_range = request.headers.get("If-Range")
     if wanted is not None and if_range is not None and (not etag or if_range.strip() != f'"{etag}"'):

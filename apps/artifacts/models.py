@@ -12,7 +12,7 @@ def upload_path(instance: Upload, filename: str) -> str:
 
 
 def bundle_path(instance: Bundle, filename: str) -> str:
-    return f"bundles/{instance.job_id}/{instance.attempt}/{instance.rank}/bundle.tar.gz"
+    return f"bundles/{instance.job_id}/{instance.attempt}/{instance.rank}/bundle.tar"
 
 
 class Upload(models.Model):
@@ -38,12 +38,14 @@ class Upload(models.Model):
 
 
 class Bundle(models.Model):
-    """The output of one node (``rank``) of one attempt of a job: ``bundle.tar.gz`` plus its manifest.
+    """The output of one node (``rank``) of one attempt of a job: ``bundle.tar`` plus its manifest.
 
     A job on one node has one bundle (rank 0); a multi-node job one per node,
     each with the outputs found on that node. Chunks arrive at
-    ``received_bytes`` and are kept as parts until ``complete`` joins and
-    verifies them.
+    ``received_bytes`` and are written into one partial file until ``complete``
+    verifies it. ``files``: one ``{"path", "size_bytes", "sha256", "offset"}``
+    per file, ``offset`` being where its bytes start in the archive (absent for
+    a ``bundle.tar.gz`` from an older agent, whose stream has no offsets).
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bundles")
@@ -65,6 +67,11 @@ class Bundle(models.Model):
 
     def __str__(self) -> str:
         return f"bundle of job {self.job_id} attempt {self.attempt} rank {self.rank}"
+
+    @property
+    def archive_name(self) -> str:
+        """``bundle.tar``, or ``bundle.tar.gz`` for one an older agent packed (its stored name)."""
+        return "bundle.tar.gz" if self.file.name.endswith(".tar.gz") else "bundle.tar"
 
 
 class BundlePart(models.Model):

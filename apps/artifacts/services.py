@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -12,9 +13,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from .models import Bundle, BundlePart, Upload
-from .verify import BundleInvalid, TeeReader, verify_stream
+from .verify import BundleInvalid, Verified, verify_archive
 
-CHUNK_MAX_BYTES = 8 * 1024 * 1024
+CHUNK_MAX_BYTES = 32 * 1024 * 1024  # fewer requests per GB: each costs a transaction and thread hops
+BUNDLE_NAMES = {"tar": "bundle.tar", "tar.gz": "bundle.tar.gz"}  # stored name by archive format
+MANIFEST_FILES_MAX = 100_000  # files a manifest may list (the agent API's BundleCompleteSerializer)
+# Archive bytes one file takes beside its data, at most: a pax header with a 1,000-character
+# path (3 blocks), its ustar header, padding, and its line in manifest.json.
+FILE_ROOM_BYTES = 6 * 512
 
 
 class ChunkError(Exception):
@@ -50,11 +56,13 @@ def upload_create(*, owner, name: str, fileobj: File) -> Upload:
 
 def bundle_max_bytes() -> int:
     """Largest archive accepted, bytes: ``E31_BUNDLE_MAX_BYTES`` (the cap on the files the agent packs)
-    plus room for tar headers and gzip framing on incompressible data (1 % + 1 MiB)."""
+    plus room for what is not file data: 1 % + 1 MiB (gzip framing of an older agent's tar.gz) and
+    ``FILE_ROOM_BYTES`` for each of up to ``MANIFEST_FILES_MAX`` files (a plain tar's headers
+    are not compressed)."""
     from django.conf import settings
 
     cap = settings.E31_BUNDLE_MAX_BYTES
-    return cap + cap // 100 + (1 << 20)
+    return cap + cap // 100 + (1 << 20) + MANIFEST_FILES_MAX * FILE_ROOM_BYTES
 
 
 def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
@@ -64,7 +72,8 @@ def bundle_for(job, attempt: int, rank: int = 0) -> Bundle:
 
 
 def _partial_name(job, attempt: int, rank: int) -> str:
-    """Storage name of the archive being received (chunks are written into it at their offsets)."""
+    """Storage name of the archive being received (chunks are written into it at their offsets).
+    The name is the one from before plain tars, so an upload in flight across the upgrade goes on."""
     return f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz.partial"
 
 
@@ -74,10 +83,13 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
 
     The chunk is written into one partial file at its offset (the file cut
     back to ``offset`` first, so a chunk whose commit was lost is simply
-    written again) and recorded as a :class:`BundlePart` (offset, size,
-    sha256), so a repeated chunk is recognised. One file instead of a file
-    per chunk saves joining them at ``complete`` (``benchmarks/bundle_throughput.py``).
-    Needs a local-filesystem storage (``default_storage.path``).
+    written again) while a worker thread hashes it (a chunk whose sha256
+    differs is cut off again before it is refused), and recorded as a
+    :class:`BundlePart` (offset, size, sha256), so a repeated chunk is
+    recognised. One file instead of a file per chunk saves joining them at
+    ``complete`` (``benchmarks/bundle_throughput.py``). At most
+    ``CHUNK_MAX_BYTES`` (32 MiB; 8 MiB before issue 15, which older agents
+    still send). Needs a local-filesystem storage (``default_storage.path``).
 
     Returns the bytes received so far.
 
@@ -94,12 +106,10 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
     if offset + len(data) > bundle_max_bytes():
         raise ChunkError(f"the bundle would exceed the site's limit of {bundle_max_bytes()} bytes",
                          bundle.received_bytes)
-    if hashlib.sha256(data).hexdigest() != (sha256 or "").lower():
-        raise ChunkError("chunk checksum does not match X-Content-Sha256", bundle.received_bytes)
     if offset != bundle.received_bytes:
         if offset < bundle.received_bytes and BundlePart.objects.filter(
-                bundle=bundle, offset=offset, sha256=sha256.lower()).exists():
-            return bundle.received_bytes  # a repeated chunk: already kept
+                bundle=bundle, offset=offset, sha256=(sha256 or "").lower()).exists():
+            return bundle.received_bytes  # a repeated chunk: already kept (nothing is written)
         raise ChunkError(f"offset {offset}, but {bundle.received_bytes} bytes are received",
                          bundle.received_bytes, conflict=True)
     name = _partial_name(job, attempt, rank)
@@ -108,10 +118,17 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         os.ftruncate(fd, offset)
-        view = memoryview(data)
-        written = 0
-        while written < len(data):
-            written += os.pwrite(fd, view[written:], offset + written)
+        digest = _hash_pool().submit(_sha256_hex, data)  # hashed in a worker thread while written here
+        try:
+            view = memoryview(data)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, view[written:], offset + written)
+        finally:
+            matches = digest.result() == (sha256 or "").lower()
+        if not matches:
+            os.ftruncate(fd, offset)  # nothing of a refused chunk stays
+            raise ChunkError("chunk checksum does not match X-Content-Sha256", bundle.received_bytes)
     finally:
         os.close(fd)
     BundlePart.objects.create(bundle=bundle, offset=offset, size_bytes=len(data), sha256=sha256.lower(), file=name)
@@ -120,38 +137,63 @@ def bundle_put_chunk(*, job, attempt: int, rank: int = 0, offset: int, data: byt
     return bundle.received_bytes
 
 
+_HASH_POOL: ThreadPoolExecutor | None = None
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """Threads that hash chunks while the request's thread writes them (``hashlib`` releases the GIL)."""
+    global _HASH_POOL
+    if _HASH_POOL is None:
+        _HASH_POOL = ThreadPoolExecutor(4, thread_name_prefix="chunk-sha")
+    return _HASH_POOL
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256: str,
                     files: list[dict[str, Any]], retention_days: int) -> Bundle:
-    """Verify the received archive whole, then keep it as ``bundle.tar.gz``.
+    """Verify the received archive whole, then keep it as ``bundle.tar`` (``bundle.tar.gz`` from an
+    older agent).
 
-    In one read of the archive (:mod:`.verify`): its size and sha256 against
-    the claim, and every file against the manifest ``files`` (each member a
-    regular file with a safe name, listed once, its size and sha256 as
-    listed; every listed file present). Only a bundle that passes is kept;
-    the agent sends ``finished`` (and the job is released) only after this
-    answers 200. Idempotent: completing a complete bundle with the same
-    checksum is a no-op. A refused bundle starts over: what was received is
-    dropped, so the agent may upload it again from byte 0
-    (docs/agent-protocol.md).
+    In one read of the archive (:func:`.verify.verify_archive`): its size and sha256 against
+    the claim, and every file against the manifest ``files`` (each member a regular file with
+    a safe name, listed once, its size and sha256 as listed; every listed file present). The
+    kept manifest gives each file of a ``tar`` its data ``offset`` in the archive (issue 16:
+    one file is a Range read). Only a bundle that passes is kept; the agent sends
+    ``finished`` (and the job is released) only after this answers 200. The archive is read
+    outside any row lock (a multi-GB bundle once held its row for the whole read); a chunk
+    that arrived meanwhile makes this a conflict to retry. Idempotent: completing a complete
+    bundle with the same checksum is a no-op. A refused bundle starts over: what was received
+    is dropped, so the agent may upload it again from byte 0 (docs/agent-protocol.md).
 
     Raises:
-        ChunkError: size, checksum or manifest differ (the message says which
-            file); its ``received_bytes`` is then 0.
+        ChunkError: size, checksum or manifest differ (the message says which file); its
+            ``received_bytes`` is then 0. A conflict when the bundle is already complete with
+            another checksum, or grew while it was read.
     """
     with transaction.atomic():
         bundle = Bundle.objects.select_for_update().get(pk=bundle_for(job, attempt, rank).pk)
         if bundle.completed_at:
-            if bundle.sha256 == sha256.lower():
-                return bundle
-            raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
-        partial = default_storage.path(_partial_name(job, attempt, rank))
-        problem = _received_problem(bundle, partial, size_bytes=size_bytes, sha256=sha256, files=files)
-        if problem is None:
-            name = f"bundles/{job.pk}/{attempt}/{rank}/bundle.tar.gz"
+            return _already_complete(bundle, sha256)
+    received = bundle.received_bytes
+    partial = default_storage.path(_partial_name(job, attempt, rank))
+    problem, found = _received_problem(bundle, partial, size_bytes=size_bytes, sha256=sha256, files=files)
+    with transaction.atomic():
+        bundle = Bundle.objects.select_for_update().get(pk=bundle.pk)
+        if bundle.completed_at:
+            return _already_complete(bundle, sha256)
+        if bundle.received_bytes != received:
+            raise ChunkError("the bundle grew while it was verified; complete it again", bundle.received_bytes,
+                             conflict=True)
+        if problem is None and found is not None:
+            name = f"bundles/{job.pk}/{attempt}/{rank}/{BUNDLE_NAMES[found.format]}"
             os.replace(partial, default_storage.path(name))
             bundle.parts.all().delete()
             bundle.file.name = name
-            bundle.size_bytes, bundle.sha256, bundle.files = size_bytes, sha256.lower(), files
+            bundle.size_bytes, bundle.sha256 = size_bytes, sha256.lower()
+            bundle.files = [_with_offset(f, found.offsets.get(f["path"])) for f in files]
             bundle.completed_at = timezone.now()
             bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
             bundle.save()
@@ -164,37 +206,36 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
     raise ChunkError(f"{problem}; send the bundle again from byte 0", 0)
 
 
+def _already_complete(bundle: Bundle, sha256: str) -> Bundle:
+    if bundle.sha256 == sha256.lower():
+        return bundle
+    raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
+
+
+def _with_offset(entry: dict[str, Any], offset: int | None) -> dict[str, Any]:
+    """A manifest entry as kept: path, size_bytes, sha256, and ``offset`` (bytes into the archive
+    where the file's data starts) when the archive is a plain tar."""
+    kept = {"path": entry["path"], "size_bytes": entry["size_bytes"], "sha256": str(entry["sha256"]).lower()}
+    if offset is not None:
+        kept["offset"] = offset
+    return kept
+
+
 def _received_problem(bundle: Bundle, partial: str, *, size_bytes: int, sha256: str,
-                      files: list[dict[str, Any]]) -> str | None:
-    """What is wrong with the received archive at ``partial`` against the claim, or None."""
+                      files: list[dict[str, Any]]) -> tuple[str | None, Verified | None]:
+    """(what is wrong with the received archive at ``partial`` against the claim, or None;
+    what verifying it found, or None)."""
     if bundle.received_bytes != size_bytes:
-        return f"{bundle.received_bytes} bytes received, {size_bytes} announced"
+        return f"{bundle.received_bytes} bytes received, {size_bytes} announced", None
     if not os.path.exists(partial):
-        return "no bytes of the bundle were received"
-    with open(partial, "rb") as fh:
-        reader = TeeReader(_Limited(fh, size_bytes))
-        try:
-            verify_stream(reader, files)
-        except BundleInvalid as exc:
-            return f"bundle does not match its manifest: {exc}"
-    if reader.digest.hexdigest() != sha256.lower() or reader.size != size_bytes:
-        return "bundle checksum does not match its parts"
-    return None
-
-
-class _Limited:
-    """At most ``size`` bytes of ``raw`` (what was received, never more)."""
-
-    def __init__(self, raw: Any, size: int):
-        self.raw = raw
-        self.left = size
-
-    def read(self, n: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        data = self.raw.read(self.left if n < 0 else min(n, self.left))
-        self.left -= len(data)
-        return data
+        return "no bytes of the bundle were received", None
+    try:
+        found = verify_archive(partial, size_bytes, files)
+    except BundleInvalid as exc:
+        return f"bundle does not match its manifest: {exc}", None
+    if found.sha256 != sha256.lower():
+        return "bundle checksum does not match its parts", None
+    return None, found
 
 
 def bundles_latest(job) -> list[Bundle]:

@@ -42,6 +42,7 @@ class State:
     running: list[dict[str, int]] = field(default_factory=list)  # register's "running"
     node_state: str = "up"  # the heartbeat answer's "state"
     registrations: int = 0
+    chunk_max: int | None = None  # largest chunk taken (a server from before issue 15: 8 MiB)
     bundle_puts_left: int | None = None  # chunks taken before every further PUT drops the connection
     chunk_headers: list[str | None] = field(default_factory=list)
     # (method, path prefix) -> statuses to answer before serving; 0 = drop the connection
@@ -264,6 +265,9 @@ class Handler(BaseHTTPRequestHandler):
                     st.bundle_puts_left -= 1
                 st.chunk_headers.append(sha)
                 data = st.bundles[key]
+                if st.chunk_max is not None and len(body) > st.chunk_max:
+                    return self._answer(400, {"detail": f"chunk is {len(body)} bytes; at most {st.chunk_max}",
+                                              "received_bytes": len(data)})
                 if sha != hashlib.sha256(body).hexdigest():
                     return self._answer(
                         400, {"detail": "checksum mismatch", "received_bytes": len(data)}

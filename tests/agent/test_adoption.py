@@ -115,10 +115,10 @@ def test_an_upload_cut_by_an_agent_restart_resumes_with_the_same_archive(tmp_pat
     workdir.mkdir()
     with FakeServer() as server:
         with server.state.lock:
-            server.state.bundle_puts_left = 1  # the first 8 MiB chunk lands, then the network goes
+            server.state.bundle_puts_left = 1  # the first 32 MiB chunk lands, then the network goes
         first = start_agent(server, workdir)
         try:
-            offer(server, assignment(12, "head -c 12000000 /dev/urandom > big.bin", outputs=["big.bin"]))
+            offer(server, assignment(12, "head -c 40000000 /dev/urandom > big.bin", outputs=["big.bin"]))
             assert server.state.wait_for(lambda: len(server.state.bundles[(12, 1)]) > 0, 30)
             time.sleep(0.5)  # the second chunk is being retried
             kill9(first)

@@ -124,7 +124,7 @@ def job_of_50000(tmp_path_factory) -> Path:
 
 def test_50000_outputs_are_all_packed_with_few_files_open(tmp_path, low_nofile, job_of_50000):
     job = job_of_50000
-    bundle = pack(job, ["out/**"], tmp_path / "b.tar.gz", job_id=1, limits=OutputLimits(max_files=100_000))
+    bundle = pack(job, ["out/**"], tmp_path / "b.tar", job_id=1, limits=OutputLimits(max_files=100_000))
     assert len(bundle.files) == 50_000 and bundle.not_packed == ()
     with tarfile.open(bundle.path) as tar:
         assert len(tar.getnames()) == 50_001  # and the manifest
@@ -133,8 +133,8 @@ def test_50000_outputs_are_all_packed_with_few_files_open(tmp_path, low_nofile, 
 def test_outputs_over_the_file_cap_fail_with_a_clear_error(tmp_path, job_of_50000):
     job = job_of_50000
     with pytest.raises(PackError, match=r"50,000 output files is over the cap of 10,000 files a job may return"):
-        pack(job, ["out/**"], tmp_path / "b.tar.gz", job_id=1, limits=OutputLimits(max_files=10_000))
-    assert not (tmp_path / "b.tar.gz").exists()
+        pack(job, ["out/**"], tmp_path / "b.tar", job_id=1, limits=OutputLimits(max_files=10_000))
+    assert not (tmp_path / "b.tar").exists()
 
 
 def test_outputs_over_the_agent_byte_cap_fail(tmp_path):
@@ -142,7 +142,7 @@ def test_outputs_over_the_agent_byte_cap_fail(tmp_path):
     (job / "out").mkdir(parents=True)
     (job / "out" / "big.bin").write_bytes(b"x" * 5000)
     with pytest.raises(PackError, match=r"5,000 bytes; the most a bundle may hold is 4,000 bytes"):
-        pack(job, ["out/**"], tmp_path / "b.tar.gz", job_id=1, max_bytes=10**9,
+        pack(job, ["out/**"], tmp_path / "b.tar", job_id=1, max_bytes=10**9,
              limits=OutputLimits(max_bytes=4000))
 
 
@@ -155,7 +155,7 @@ def test_a_hard_link_to_a_file_outside_the_job_dir_never_comes_back(tmp_path):
     os.link(secret, job / "out" / "stolen.txt")
     (job / "out" / "a.txt").write_text("mine")
     os.link(job / "out" / "a.txt", job / "out" / "a-again.txt")  # every link inside: fine
-    bundle = pack(job, ["out/**"], tmp_path / "b.tar.gz", job_id=1)
+    bundle = pack(job, ["out/**"], tmp_path / "b.tar", job_id=1)
     assert sorted(f.path for f in bundle.files) == ["out/a-again.txt", "out/a.txt"]
     assert bundle.not_packed == ("out/stolen.txt (a hard link to a file outside the job dir)",)
     with tarfile.open(bundle.path) as tar:

@@ -34,7 +34,7 @@ def bundle(tmp_path: Path):
     job.mkdir()
     (job / "weights.bin").write_bytes(os.urandom(5 * CHUNK + 123))  # incompressible
     (job / "metrics.json").write_text('{"loss": 0.1}')
-    return pack(job, ["*"], tmp_path / "bundle.tar.gz", job_id=5)
+    return pack(job, ["*"], tmp_path / "bundle.tar", job_id=5)
 
 
 def _puts(server) -> int:
@@ -88,3 +88,22 @@ def test_a_stale_attempt_stops_the_upload(server, client, bundle):
     server.state.stale.add((5, 1))
     with pytest.raises(StaleAttempt):
         upload_bundle(client, 5, 1, bundle, chunk_bytes=CHUNK)
+
+
+def test_it_sends_32_mib_chunks_and_falls_back_to_8_for_an_older_server(server, client, tmp_path: Path):
+    """Issue 15: fewer, larger chunks; a server that takes at most 8 MiB still gets the bundle."""
+    from e31_agent.uploader import CHUNK_BYTES, OLD_CHUNK_BYTES
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "weights.bin").write_bytes(os.urandom(CHUNK_BYTES + OLD_CHUNK_BYTES))
+    big = pack(job, ["*"], tmp_path / "big.tar", job_id=5)
+    upload_bundle(client, 5, 1, big)
+    assert bytes(server.state.bundles[(5, 1)]) == big.path.read_bytes()
+    assert _puts(server) == 2  # 32 MiB, then the rest
+
+    server.state.chunk_max = OLD_CHUNK_BYTES
+    upload_bundle(client, 5, 2, big)
+    assert bytes(server.state.bundles[(5, 2)]) == big.path.read_bytes() and (5, 2) in server.state.completed
+    puts = [p for m, p in server.state.calls if m == "PUT"][2:]
+    assert len(puts) == 1 + -(-big.size_bytes // OLD_CHUNK_BYTES)  # the refused 32 MiB one, then 8 MiB ones

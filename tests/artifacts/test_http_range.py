@@ -19,3 +19,13 @@ def test_it_ignores_invalid_or_multiple_ranges():
 def test_it_knows_an_unsatisfiable_range():
     assert byte_range("bytes=100-", 100) == UNSATISFIABLE
     assert byte_range("bytes=-0", 100) == UNSATISFIABLE
+
+
+def test_a_plain_tar_bundle_is_named_and_typed_as_one():
+    from apps.artifacts.http import archive_label
+
+    assert archive_label("bundles/1/1/0/bundle.tar", "job-1-bundle.tar.gz", "application/gzip") == (
+        "job-1-bundle.tar", "application/x-tar")
+    assert archive_label("bundles/1/1/0/bundle.tar.gz", "job-1-bundle.tar.gz", "application/gzip") == (
+        "job-1-bundle.tar.gz", "application/gzip")  # an older agent's
+    assert archive_label("uploads/1/abc", "", "application/octet-stream") == ("", "application/octet-stream")
