@@ -1,4 +1,6 @@
-"""Job states and outcomes (SPEC §3), with the moves the state machine allows."""
+"""Job and node states, outcomes and end reasons (SPEC §3, §5), with the moves the job state machine allows.
+
+Shared by every layer: one vocabulary for the server, its pages and its API."""
 from django.db import models
 
 
@@ -61,3 +63,9 @@ STAMP_FIELD: dict[str, str] = {
     JobState.OUTPUT: "run_ended_at",
     JobState.RELEASED: "released_at",
 }
+
+
+class NodeState(models.TextChoices):
+    UP = "up", "Up"
+    DRAINING = "draining", "Draining"
+    DOWN = "down", "Down"

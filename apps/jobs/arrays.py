@@ -27,10 +27,10 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
+from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 from apps.metering.limits import spend_limit_enforce
 
 from . import live
-from .choices import HOLDING, EndReason, JobState, Outcome
 from .models import Job, JobArray, JobEvent
 from .services import _after_submit, _unsaved_job, job_cancel, job_submit, spec_validate
 from .spec import SpecError

@@ -24,13 +24,13 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from apps.artifacts.services import bundles_latest
+from apps.core.choices import JobKind, JobState
+from apps.core.units import format_duration
 from apps.metering.display import rate_text
 from apps.metering.selectors import job_money
 
-from .choices import JobKind, JobState
 from .models import Job
 from .services import log_read
-from .spec import format_duration
 
 LOG_TAIL_BYTES = 64 * 1024
 

@@ -24,10 +24,12 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
+from apps.core.models import AccountProfile
+
 from . import billing
 from .accounts import profile_of
 from .days import month_start, next_month_start
-from .models import AccountProfile, Lease
+from .models import Lease
 from .rates import FALLBACK_RATE
 from .selectors import price_estimate
 from .statements import paid_between, statement_of

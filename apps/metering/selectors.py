@@ -12,8 +12,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.jobs.spec import MAX_GPUS_PER_NODE, MAX_NODES, format_duration, parse_duration
-from apps.pool.scheduler.matching import model_matches
 from apps.pool.selectors import pool_summary
+from apps.scheduling.core.matching import model_matches
 
 from .billing import billed_seconds, cost, worst_case_cost
 from .display import rate_text

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from apps.jobs.spec import format_duration
+from apps.core.units import format_duration
 
 from .accounts import profile_of, profile_set_time_zone, user_tz
 from .csvsafe import csv_write

@@ -10,12 +10,11 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
-from apps.jobs.choices import JobState
+from apps.core.choices import JobState, NodeState
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
 from apps.metering.models import Lease, LeaseGpu
 from apps.metering.rates import current_rates
 
-from .choices import NodeState
 from .models import Gpu, Node
 
 

@@ -2,7 +2,7 @@
 
 In production a commit that may change the plan sends one Celery task, and a
 Redis flag (SET NX) keeps a burst of commits to one queued cycle
-(:mod:`apps.pool.tasks`). Without a broker (``make run``, eager Celery) the
+(:mod:`apps.scheduling.tasks`). Without a broker (``make run``, eager Celery) the
 same job is done here: :func:`cycle_wanted` only *asks* (it sets an event and
 returns at once), and a :class:`CycleLoop` thread runs the cycles. Asks that
 arrive while a cycle runs are answered together by the next one, so a burst of
@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from django.db import close_old_connections
 
+from .adapter import schedule_cycle
+
 log = logging.getLogger(__name__)
 
 _runner: Callable[[], None] | None = None
@@ -29,12 +31,11 @@ _runner_lock = threading.Lock()
 
 
 def run_one_cycle() -> None:
-    """One scheduling cycle on this thread's own database connection."""
-    from .tasks import schedule_cycle_task
-
+    """One scheduling cycle on this thread's own database connection (what
+    :func:`apps.scheduling.tasks.schedule_cycle_task` runs without a broker)."""
     close_old_connections()
     try:
-        schedule_cycle_task()
+        schedule_cycle()
     finally:
         close_old_connections()
 

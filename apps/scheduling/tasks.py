@@ -1,15 +1,16 @@
-"""Celery tasks of the pool. Thin: each calls one service."""
+"""Celery tasks of scheduling (queue "core"), and how the other layers ask for a cycle."""
 from __future__ import annotations
 
 import logging
 from functools import cache
 
+import redis
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
-from .scheduling import schedule_cycle
-from .services import nodes_mark_lost
+from .adapter import schedule_cycle
+from .cycle_loop import cycle_wanted
 
 log = logging.getLogger(__name__)
 PENDING_KEY = "e31:schedule-cycle-pending"
@@ -17,9 +18,7 @@ PENDING_TTL_MS = 10_000
 
 
 @cache
-def _redis():
-    import redis
-
+def _redis() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL)
 
 
@@ -32,21 +31,10 @@ def schedule_cycle_task() -> None:
     schedule_cycle()
 
 
-@shared_task(ignore_result=True)
-def node_watch_task() -> None:
-    """Mark silent nodes down, requeue their jobs; end jobs past their time limit."""
-    from apps.jobs.services import jobs_enforce_time_limits
-
-    nodes_mark_lost()
-    jobs_enforce_time_limits()
-
-
 def _send_cycle() -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:
         # No broker: this process's coalescing loop runs it, never the caller
         # (a web request's commit hook must not run a cycle).
-        from .cycle_loop import cycle_wanted
-
         cycle_wanted()
         return
     if settings.REDIS_URL:

@@ -4,7 +4,7 @@ Fair share follows Slurm's classic decayed usage
 (https://slurm.schedmd.com/priority_multifactor.html, "PriorityDecayHalfLife"):
 usage decays by half every half-life; a cycle reads it, never re-sums the ledger.
 The last two run times feed the runtime prediction of
-:func:`apps.pool.scheduler.predict_runtime` (Tsafrir, Etsion and Feitelson 2007).
+:func:`apps.scheduling.core.predict_runtime` (Tsafrir, Etsion and Feitelson 2007).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from apps.pool.scheduler import decay
+from apps.scheduling.core import decay
 
 from .models import AccountUsage
 

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.jobs.choices import JobState
+from apps.core.choices import JobState
 from apps.jobs.models import Job
 from apps.jobs.services import agent_report, job_cancel, job_submit, jobs_enforce_time_limits
 from apps.jobs.state import TransitionError, transition

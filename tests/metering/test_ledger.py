@@ -9,7 +9,7 @@ from apps.jobs.services import agent_report, job_submit
 from apps.metering.models import GpuRate, Lease, LeaseGpu
 from apps.metering.receipts import job_receipt
 from apps.metering.services import lease_open, leases_release, leases_stop
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import node_with_gpus, spec
 

@@ -5,11 +5,11 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from apps.core.models import AccountProfile
 from apps.jobs.models import Job
 from apps.jobs.services import job_submit
 from apps.metering.limits import spend_check, worst_case_of
-from apps.metering.models import AccountProfile
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import node_with_gpus, spec
 

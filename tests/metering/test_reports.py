@@ -9,12 +9,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from apps.core.choices import NodeState
 from apps.jobs.models import Job
-from apps.metering.models import NodeDowntime
 from apps.metering.reports import operator_report
 from apps.metering.services import lease_open, leases_end_lost, leases_release, leases_stop
-from apps.pool.choices import NodeState
-from apps.pool.models import Node
+from apps.pool.models import Node, NodeDowntime
 from apps.pool.services import node_register, nodes_mark_lost
 
 from ..factories import UserFactory, node_with_gpus

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from apps.core.models import AccountProfile
 from apps.jobs.models import Job
-from apps.metering.models import AccountProfile
 from apps.metering.selectors import CSV_COLUMNS
 from apps.metering.services import lease_open, leases_release, leases_stop
 

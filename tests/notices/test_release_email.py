@@ -6,10 +6,10 @@ import time
 import pytest
 from django.core import mail
 
+from apps.core.choices import NodeState
 from apps.jobs.services import job_cancel, job_submit
 from apps.notices.models import NoticeSent
 from apps.notices.services import preference_set, release_email_send
-from apps.pool.choices import NodeState
 from apps.pool.models import Node
 
 from ..factories import spec

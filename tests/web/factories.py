@@ -9,7 +9,7 @@ from typing import Any
 from apps.artifacts.services import bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
 from apps.jobs.services import agent_report, job_submit, log_append
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import PASSWORD, UserFactory, node_with_gpus
 

@@ -19,9 +19,9 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import reverse
 
+from apps.core.choices import NodeState
 from apps.jobs import live
 from apps.jobs.services import job_cancel
-from apps.pool.choices import NodeState
 from apps.pool.models import Node
 
 from .factories import UserFactory, queued_job

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
+from apps.core.choices import JobState
 from apps.metering.accounts import user_tz
 from apps.metering.csvsafe import csv_write
 from apps.metering.quotes import job_quote
@@ -25,7 +26,6 @@ from apps.metering.statements import statement_of
 from apps.pool.selectors import pool_summary
 
 from ..arrays import ArrayCounts, ArraySubmitted, array_cancel, array_counts, arrays_of, spec_submit
-from ..choices import JobState
 from ..selectors import jobs_of
 from ..services import CancelEffect, job_cancel_effect, log_read
 from ..spec import SpecError, load_yaml

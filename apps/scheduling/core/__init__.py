@@ -1,7 +1,7 @@
 """The scheduling core: a pure function from (queue, pool, clock, policy) to decisions.
 
 Nothing in this package imports Django, so the live site
-(:mod:`apps.pool.scheduling`) and a trace simulator run the same code, and
+(:mod:`apps.scheduling.adapter`) and a trace simulator run the same code, and
 tests call one cycle directly.
 """
 from .core import POLICIES, policy_config, schedule

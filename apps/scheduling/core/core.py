@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from apps.core.units import mib_to_gb
+
 from .estimates import EstimateWalk
 from .matching import describe_request
 from .pool import Pool, Unit, shape_of
@@ -271,8 +273,8 @@ class _Cycle:
         if reserved is not None:
             text = f"waiting for {want}; reserved from {_clock(reserved, self.now)}"
             if why == "resources":
-                text = f"waiting for {want} with {job.cpus} CPUs and {job.memory_bytes / 1e9:g} GB of memory free; " \
-                       f"reserved from {_clock(reserved, self.now)}"
+                text = (f"waiting for {want} with {job.cpus} CPUs and {mib_to_gb(job.memory_mib):g} GB of memory "
+                        f"free; reserved from {_clock(reserved, self.now)}")
             return text
         ahead = position - 1
         jobs = f"{ahead} job{'s' if ahead != 1 else ''}"

@@ -1,6 +1,8 @@
 """Which GPUs and nodes can hold a job."""
 from __future__ import annotations
 
+from apps.core.units import mib_to_gb
+
 from .types import GpuSlot, JobRequest, NodeView
 
 
@@ -18,7 +20,7 @@ def gpu_fits(job: JobRequest, gpu: GpuSlot) -> bool:
     """True if ``gpu`` is of a model and memory the job accepts."""
     if job.gpu_models and not any(model_matches(w, gpu.model) for w in job.gpu_models):
         return False
-    return gpu.memory_mb >= job.gpu_memory_mb
+    return gpu.memory_mib >= job.gpu_memory_mib
 
 
 def node_could_ever_hold(job: JobRequest, node: NodeView) -> bool:
@@ -27,7 +29,7 @@ def node_could_ever_hold(job: JobRequest, node: NodeView) -> bool:
         return False
     if job.cpus and node.cpus_total < job.cpus:
         return False
-    if job.memory_bytes and node.memory_total_bytes < job.memory_bytes:
+    if job.memory_mib and node.memory_total_mib < job.memory_mib:
         return False
     return sum(1 for g in node.gpus if gpu_fits(job, g)) >= job.gpus_per_node
 
@@ -44,7 +46,7 @@ def describe_request(job: JobRequest) -> str:
     what = f"{job.gpus_per_node} {models}" if job.gpu_models else f"{job.gpus_per_node} GPU{plural}"
     if job.gpu_models and job.gpus_per_node == 1:
         what = f"1 {models}"
-    if job.gpu_memory_mb:
-        what += f" of {job.gpu_memory_mb // 1000} GB or more"
+    if job.gpu_memory_mib:
+        what += f" of {mib_to_gb(job.gpu_memory_mib):g} GB or more"
     where = "on one node" if job.nodes == 1 else f"on each of {job.nodes} nodes"
     return f"{what} {where}"

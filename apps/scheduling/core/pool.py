@@ -34,7 +34,7 @@ class Unit:
     idx: int
     node: NodeView
     model: str
-    memory_mb: int
+    memory_mib: int
     gpus: list[GpuSlot]
     free_ids: list[int]          # GPU ids free now and not yet given this cycle, ascending
     ends: list[float]            # planned ends (> now) of the held GPUs, ascending
@@ -60,7 +60,7 @@ class Eligibility:
 
 def shape_of(job: JobRequest) -> tuple:
     """What decides where a job can go (its eligibility is cached per shape)."""
-    return (job.gpu_models, job.gpu_memory_mb, job.cpus, job.memory_bytes, job.needs_runtime, job.gpus_per_node)
+    return (job.gpu_models, job.gpu_memory_mib, job.cpus, job.memory_mib, job.needs_runtime, job.gpus_per_node)
 
 
 class Pool:
@@ -90,15 +90,15 @@ class Pool:
         free_counts: list[tuple[int, int]] = []
         for node in up:
             self.cpus_free[node.node_id] = node.cpus_free
-            self.memory_free[node.node_id] = node.memory_free_bytes
+            self.memory_free[node.node_id] = node.memory_free_mib
             classes = _node_units(node, now, use_predictions)
             if len(classes) > 1:
                 multi = True
-            for model, memory_mb, gpus, free_ids, ends, lends in classes:
+            for model, memory_mib, gpus, free_ids, ends, lends in classes:
                 idx = len(units)
                 free = len(free_ids)
-                unit = Unit(idx, node, model, memory_mb, gpus, free_ids, ends, free, lends=lends)
-                key = (model, memory_mb, len(gpus), node.cpus_total, node.memory_total_bytes, bool(node.runtimes))
+                unit = Unit(idx, node, model, memory_mib, gpus, free_ids, ends, free, lends=lends)
+                key = (model, memory_mib, len(gpus), node.cpus_total, node.memory_total_mib, bool(node.runtimes))
                 group = group_ids.get(key)
                 if group is None:
                     group = group_ids[key] = len(self.group_units)
@@ -144,7 +144,7 @@ class Pool:
         node = sample.node
         return node_could_ever_hold(job, NodeView(node.node_id, node.name, node.state, sample.gpus,
                                                   cpus_total=node.cpus_total,
-                                                  memory_total_bytes=node.memory_total_bytes,
+                                                  memory_total_mib=node.memory_total_mib,
                                                   runtimes=node.runtimes))
 
     def could_hold_somewhere(self, job: JobRequest) -> bool:
@@ -185,7 +185,7 @@ class Pool:
                 node_id = unit.node.node_id
                 if node_id in nodes_used:
                     continue
-                if self.cpus_free[node_id] < job.cpus or self.memory_free[node_id] < job.memory_bytes:
+                if self.cpus_free[node_id] < job.cpus or self.memory_free[node_id] < job.memory_mib:
                     why = "resources" if why == "gpus" else why
                     continue
                 if allowed is not None and not allowed(unit):
@@ -212,7 +212,7 @@ class Pool:
             ids, unit.free_ids = unit.free_ids[:k], unit.free_ids[k:]
             self.free_total -= k
             self.cpus_free[unit.node.node_id] -= job.cpus
-            self.memory_free[unit.node.node_id] -= job.memory_bytes
+            self.memory_free[unit.node.node_id] -= job.memory_mib
             self._hold(unit, now, now + duration, k)
             self._lhold(unit, now, now + (duration if limit is None else limit), k)
             out.append((unit.node.node_id, tuple(ids)))
@@ -369,7 +369,7 @@ _NODE_MEMO_MAX = 100_000
 
 
 def _node_units(node: NodeView, now: float, use_predictions: bool) -> list:
-    """``[(model, memory_mb, gpus, free_ids, ends, lends), ...]`` of one node at ``now``.
+    """``[(model, memory_mib, gpus, free_ids, ends, lends), ...]`` of one node at ``now``.
 
     ``ends``: planned ends of the held GPUs (predicted under ``use_predictions``), ``lends``: by
     their time limits (None without predictions). The lists are shared between cycles: never mutated.
@@ -381,7 +381,7 @@ def _node_units(node: NodeView, now: float, use_predictions: bool) -> list:
         return memo[3]
     out = []
     valid_until = INF
-    for (model, memory_mb), gpus in _classes(node.gpus):
+    for (model, memory_mib), gpus in _classes(node.gpus):
         free_ids, ends, lends = [], [], []
         for g in gpus:
             free_at = g.free_at
@@ -405,7 +405,7 @@ def _node_units(node: NodeView, now: float, use_predictions: bool) -> list:
         ends.sort()
         free_ids.sort()
         lends.sort()
-        out.append((model, memory_mb, gpus, free_ids, ends, lends if use_predictions else None))
+        out.append((model, memory_mib, gpus, free_ids, ends, lends if use_predictions else None))
     if len(_NODE_MEMO) >= _NODE_MEMO_MAX:
         _NODE_MEMO.clear()
     _NODE_MEMO[key] = (snap, now, valid_until, out)
@@ -418,12 +418,12 @@ def _node_order(node: NodeView) -> tuple[int, str]:
 
 def _classes(gpus: list[GpuSlot]) -> list[tuple[tuple[str, int], list[GpuSlot]]]:
     """The node's GPUs grouped by (model, memory)."""
-    kinds = {(g.model, g.memory_mb) for g in gpus}
+    kinds = {(g.model, g.memory_mib) for g in gpus}
     if len(kinds) == 1:
         return [(kinds.pop(), gpus)]
     classes: dict[tuple[str, int], list[GpuSlot]] = defaultdict(list)
     for g in gpus:
-        classes[(g.model, g.memory_mb)].append(g)
+        classes[(g.model, g.memory_mib)].append(g)
     return sorted(classes.items())
 
 

@@ -1,6 +1,6 @@
 """A tiny discrete-event loop over :func:`schedule`, for tests and quick policy checks.
 
-Not the trace simulator (``apps.pool.simulator``): no SWF parsing, no
+Not the trace simulator (``apps.scheduling.simulator``): no SWF parsing, no
 metrics beyond start times. Each event time: completions first, then
 arrivals, then one cycle (as EASY is defined). Jobs run their real run time,
 stopped at their time limit; the next job of an account is predicted from
@@ -104,6 +104,6 @@ def replay(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: str | P
 
 
 def _view(node: NodeView, held: dict[int, tuple[float, float]]) -> NodeView:
-    gpus = [GpuSlot(g.gpu_id, g.model, g.memory_mb, *held.get(g.gpu_id, (0.0, None))) for g in node.gpus]
-    return NodeView(node.node_id, node.name, node.state, gpus, node.cpus_free, node.memory_free_bytes,
-                    node.cpus_total, node.memory_total_bytes, node.runtimes)
+    gpus = [GpuSlot(g.gpu_id, g.model, g.memory_mib, *held.get(g.gpu_id, (0.0, None))) for g in node.gpus]
+    return NodeView(node.node_id, node.name, node.state, gpus, node.cpus_free, node.memory_free_mib,
+                    node.cpus_total, node.memory_total_mib, node.runtimes)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 class JobRequest:
     """A queued job as the scheduler sees it.
 
-    ``gpu_models`` empty means any model; ``gpu_memory_mb``, ``cpus`` and
-    ``memory_bytes`` are minimums per GPU / per node, 0 when not asked.
+    ``gpu_models`` empty means any model; ``gpu_memory_mib``, ``cpus`` and
+    ``memory_mib`` are minimums per GPU / per node, 0 when not asked.
     """
 
     job_id: int
@@ -19,9 +19,9 @@ class JobRequest:
     nodes: int
     time_limit_s: int
     gpu_models: tuple[str, ...] = ()
-    gpu_memory_mb: int = 0
+    gpu_memory_mib: int = 0
     cpus: int = 0
-    memory_bytes: int = 0
+    memory_mib: int = 0
     needs_runtime: bool = False
     priority_boost: int = 0
     predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
@@ -29,13 +29,13 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class GpuSlot:
-    """One GPU: id in the database, model name, memory in MB, and when it is
+    """One GPU: id in the database, model name, memory in MiB (NVML's unit), and when it is
     expected free (``free_at`` <= now means free now; else the end of the
     time limit of the lease holding it)."""
 
     gpu_id: int
     model: str
-    memory_mb: int
+    memory_mib: int
     free_at: float = 0.0
     expected_free_at: float | None = None  # by the holder's predicted runtime; None: same as free_at
 
@@ -49,9 +49,9 @@ class NodeView:
     state: str
     gpus: list[GpuSlot]
     cpus_free: int = 0
-    memory_free_bytes: int = 0
+    memory_free_mib: int = 0
     cpus_total: int = 0
-    memory_total_bytes: int = 0
+    memory_total_mib: int = 0
     runtimes: tuple[str, ...] = ()
 
 

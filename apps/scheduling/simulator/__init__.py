@@ -1,5 +1,5 @@
 """Trace simulator (SPEC §5): replays SWF workload traces through the scheduling core
-(:mod:`apps.pool.scheduler`) with a simulated clock, and measures the schedule.
+(:mod:`apps.scheduling.core`) with a simulated clock, and measures the schedule.
 
 Pure Python, no Django: ``manage.py simulate`` and ``benchmarks/policies.py``
 are thin shells around :func:`simulate_trace`.

@@ -2,12 +2,12 @@
 
 Events are job arrivals (submit times) and completions (start + run). At each
 distinct event time the loop applies the completions, then the arrivals,
-then calls :func:`apps.pool.scheduler.schedule` once and starts everything it
+then calls :func:`apps.scheduling.core.schedule` once and starts everything it
 places; a job's start is that event time. A job that ends at the time it
 starts (run 0) gives its GPUs back right after that cycle, with no second
 cycle at the same time.
 
-What the core sees mirrors the live site (:mod:`apps.pool.scheduling`):
+What the core sees mirrors the live site (:mod:`apps.scheduling.adapter`):
 
 - every queued job, with ``predicted_runtime_s`` = the mean of its account's
   last two actual run times, capped by its time limit (at least 1 s), None
@@ -32,7 +32,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
 
 from .metrics import JobOutcome
 from .swf import TraceJob
@@ -43,7 +43,7 @@ GPU_MODEL = "SIM-GPU"
 GPU_MEMORY_MB = 81920
 
 try:  # the core's helper when it has one, else the same formula
-    from apps.pool.scheduler import decay  # type: ignore[attr-defined]
+    from apps.scheduling.core import decay  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the core's version
     def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
         """``value * 2 ** (-elapsed_s / half_life_s)``; no decay for a non-positive elapsed time."""

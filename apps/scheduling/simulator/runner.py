@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from apps.pool.scheduler import PolicyConfig
+from apps.scheduling.core import PolicyConfig
 
 from .engine import replay
 from .metrics import JobOutcome, percentile, summarise

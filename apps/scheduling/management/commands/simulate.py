@@ -1,8 +1,8 @@
 """``manage.py simulate TRACE``: replay an SWF trace through the scheduling core (SPEC §5).
 
-A thin shell around :func:`apps.pool.simulator.simulate_trace`; it reads no
+A thin shell around :func:`apps.scheduling.simulator.simulate_trace`; it reads no
 database. The policy's settings are the live site's: its defaults with any
-``E31_POLICY_<FIELD>`` overrides (:func:`apps.pool.scheduling.policy_config`).
+``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_config`).
 A progress bar goes to the terminal (stderr) when ``rich`` is
 installed and stderr is a terminal.
 """
@@ -12,8 +12,8 @@ import sys
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.pool.scheduling import policy_config
-from apps.pool.simulator import format_table, simulate_trace
+from apps.scheduling.adapter import policy_config
+from apps.scheduling.simulator import format_table, simulate_trace
 
 try:
     from rich.progress import (
