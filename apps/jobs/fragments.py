@@ -27,6 +27,7 @@ from apps.artifacts.services import bundles_latest
 from apps.core.choices import JobKind, JobState
 from apps.core.units import format_duration
 from apps.metering.display import rate_text
+from apps.metering.receipts import job_receipt
 from apps.metering.selectors import job_money
 
 from .models import Job
@@ -107,7 +108,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     return {
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases,
-        "money": job_money(leases, timezone.now()), "steps": job_steps(job),
+        "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",

@@ -7,8 +7,12 @@ from typing import Any
 
 from django.utils import timezone
 
-from .limits import spend_check, worst_case_of
-from .selectors import price_estimate
+from apps.artifacts.models import Upload
+from apps.metering.limits import spend_check, worst_case_of
+from apps.metering.selectors import price_estimate, rate_table
+
+from .services import spec_validate
+from .spec import compute_request
 
 
 def _money(amount) -> str | None:
@@ -32,17 +36,15 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     Raises:
         apps.jobs.spec.SpecError: the spec is invalid (the same errors a submit gives).
     """
-    from apps.artifacts.models import Upload
-    from apps.jobs.services import spec_validate
-
     now = now or timezone.now()
     attachments = {name: Upload(owner=owner, name=name) for name in attachment_names}
     spec = spec_validate(document, owner=owner, attachments=attachments)
     compute = spec.compute.model_dump(mode="json")
     estimate = price_estimate(compute, now)
     tasks = spec.array or 1  # a job array's worst case is N times one task's
-    worst = worst_case_of(compute, now) * tasks
-    check = spend_check(owner=owner, worst_case=worst, now=now, figures=True)
+    table = rate_table(now)
+    worst = worst_case_of(compute_request(compute), now, table=table) * tasks
+    check = spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table)
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
         "time_limit": estimate.time_limit, "tasks": tasks,

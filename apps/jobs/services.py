@@ -20,7 +20,6 @@ from django.utils import timezone
 from apps.artifacts.models import Bundle, Upload
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.metering import billing
-from apps.metering.limits import spend_limit_enforce
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
 from apps.pool.models import Node
@@ -29,8 +28,9 @@ from apps.scheduling.adapter import job_request, pool_refusal
 from apps.scheduling.usage import usage_record
 
 from . import live
+from .limits import spend_limit_enforce
 from .models import AgentReport, Job, JobEvent, LogChunk
-from .spec import JobSpec, SpecError, parse_spec, requirement_columns
+from .spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
 from .state import TransitionError, event_add, transition
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,8 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     with transaction.atomic():
-        spend_limit_enforce(owner=owner, compute=spec.compute.model_dump(mode="json"))  # SpecError if over
+        # SpecError if over:
+        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
         job = _unsaved_job(spec, owner)
         job.max_attempts = settings.E31_MAX_ATTEMPTS
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet

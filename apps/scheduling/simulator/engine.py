@@ -32,7 +32,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, decay, schedule
 
 from .metrics import JobOutcome
 from .swf import TraceJob
@@ -40,17 +40,7 @@ from .swf import TraceJob
 HALF_LIFE_S = 7 * 86400.0
 RECENT_RUNS = 2
 GPU_MODEL = "SIM-GPU"
-GPU_MEMORY_MB = 81920
-
-try:  # the core's helper when it has one, else the same formula
-    from apps.scheduling.core import decay  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the core's version
-    def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
-        """``value * 2 ** (-elapsed_s / half_life_s)``; no decay for a non-positive elapsed time."""
-        if elapsed_s <= 0 or value == 0:
-            return value
-        return value * 2.0 ** (-elapsed_s / half_life_s)
-
+GPU_MEMORY_MIB = 81920
 
 def predict_runtime(recent_runs_s: Sequence[float], time_limit_s: int) -> float | None:
     """Mean of the last two run times, capped by the time limit, at least 1 s; None without history."""
@@ -141,7 +131,7 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
         by_id[j.job_id] = j
     outcomes = {j.job_id: JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s) for j in jobs}
 
-    free_slot = [GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MB, 0.0, None) for gid in range(nodes * G)]
+    free_slot = [GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MIB, 0.0, None) for gid in range(nodes * G)]
     views = [NodeView(i + 1, f"sim{i + 1:04d}", "up", free_slot[i * G:(i + 1) * G]) for i in range(nodes)]
     holder: list[int | None] = [None] * (nodes * G)
     held: dict[int, list[int]] = {}  # running job -> its GPU ids
@@ -160,7 +150,7 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
 
     def set_slots(gids: list[int], free_at: float, expected: float | None) -> None:
         for gid in gids:
-            slot = free_slot[gid] if free_at == 0.0 else GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MB, free_at, expected)
+            slot = free_slot[gid] if free_at == 0.0 else GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MIB, free_at, expected)
             views[gid // G].gpus[gid % G] = slot
 
     def complete(now: float) -> None:
