@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule  # noqa: E402
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule  # noqa: E402
 
 NOW = 1_700_000_000.0
 MODELS = [("H100-80GB", 81559), ("A100-80GB", 81920), ("A100-40GB", 40960)]
@@ -39,8 +39,8 @@ def build_pool(n_nodes: int, rng: random.Random) -> list[NodeView]:
             expected = NOW + rng.uniform(-600, end - NOW) if busy else None
             gpus.append(GpuSlot(i * 8 + k, model, memory, end, expected))
         state = "up" if i % 97 else "draining" if i % 2 else "down"
-        nodes.append(NodeView(i, f"node-{i:04d}", state, gpus, cpus_free=64, memory_free_bytes=512 * 10**9,
-                              cpus_total=128, memory_total_bytes=1024 * 10**9, runtimes=("docker",)))
+        nodes.append(NodeView(i, f"node-{i:04d}", state, gpus, cpus_free=64, memory_free_mib=488_281,
+                              cpus_total=128, memory_total_mib=976_562, runtimes=("docker",)))
     return nodes
 
 
@@ -56,8 +56,8 @@ def build_queue(n_jobs: int, rng: random.Random) -> list[JobRequest]:
         queue.append(JobRequest(
             job_id=j + 1, account=f"acct-{rng.randrange(40)}", submitted_at=NOW - rng.uniform(0, 3 * 86400),
             gpus_per_node=gpus, nodes=nodes, time_limit_s=limit, gpu_models=models,
-            gpu_memory_mb=rng.choice((0, 0, 0, 40000)), cpus=rng.choice((0, 4, 8)),
-            memory_bytes=rng.choice((0, 16 * 10**9)), needs_runtime=rng.random() < 0.5,
+            gpu_memory_mib=rng.choice((0, 0, 0, 40000)), cpus=rng.choice((0, 4, 8)),
+            memory_mib=rng.choice((0, 15_259)), needs_runtime=rng.random() < 0.5,
             priority_boost=1 if rng.random() < 0.01 else 0,
             predicted_runtime_s=limit * rng.uniform(0.1, 1.0) if rng.random() < 0.8 else None))
     return queue

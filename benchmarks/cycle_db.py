@@ -51,10 +51,10 @@ def fill(n_jobs: int, n_nodes: int) -> None:
     now = datetime.fromtimestamp(NOW, UTC)
     users = {f"acct-{a}": User.objects.create(username=f"acct-{a}") for a in range(40)}
     nodes = Node.objects.bulk_create([Node(name=v.name, state=v.state, cpus=v.cpus_total,
-                                           memory_bytes=v.memory_total_bytes, runtimes=list(v.runtimes))
+                                           memory_bytes=v.memory_total_mib * 2**20, runtimes=list(v.runtimes))
                                       for v in views])
     gpus = Gpu.objects.bulk_create([Gpu(node=n, index=k, uuid=f"GPU-{n.pk}-{k}", model=g.model,
-                                        memory_mb=g.memory_mb)
+                                        memory_mb=g.memory_mib)
                                     for n, v in zip(nodes, views, strict=True) for k, g in enumerate(v.gpus)])
     busy = [(n, gpu, slot) for i, (n, v) in enumerate(zip(nodes, views, strict=True))
             for gpu, slot in zip(gpus[i * 8:i * 8 + 8], v.gpus, strict=True) if slot.free_at > NOW]
@@ -75,9 +75,11 @@ def fill(n_jobs: int, n_nodes: int) -> None:
         "name": f"q{r.job_id}", "work": {"command": "true", "kind": "other", **({"image": "x"} if r.needs_runtime
                                                                                else {})},
         "compute": {"gpus": r.gpus_per_node, "nodes": r.nodes, "gpu_model": list(r.gpu_models),
-                    "gpu_memory_gb": r.gpu_memory_mb / 1000 or None, "cpus": r.cpus,
-                    "memory_gb": r.memory_bytes / 1e9 or None}},
+                    "gpu_memory_gb": r.gpu_memory_mib / 1000 or None, "cpus": r.cpus,
+                    "memory_gb": round(r.memory_mib * 2**20 / 1e9) or None}},
         gpus_per_node=r.gpus_per_node, nodes=r.nodes, time_limit_s=r.time_limit_s,
+        gpu_models=list(r.gpu_models), gpu_memory_mib=r.gpu_memory_mib, cpus=r.cpus, memory_mib=r.memory_mib,
+        needs_runtime=r.needs_runtime,
         priority_boost=r.priority_boost, submitted_at=datetime.fromtimestamp(r.submitted_at, UTC), event_seq=1)
         for r in queue], batch_size=2000)
 
@@ -96,8 +98,9 @@ def main() -> dict:
     from django.db import connection
 
     from apps.jobs.models import Job
-    from apps.pool.scheduler import schedule
-    from apps.pool.scheduling import _queued_rows, _request, policy_config, pool_views, schedule_cycle
+    from apps.scheduling.adapter import policy_config, pool_views, queued_request, schedule_cycle
+    from apps.scheduling.core import schedule
+    from apps.scheduling.ports import job_queue
 
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
@@ -114,8 +117,8 @@ def main() -> dict:
         template.save()
         after.append(schedule_cycle(now=now + timedelta(seconds=args.step * (args.runs + i + 1))))
     # The pure core on the same queue and pool, read once: the baseline.
-    rows, views = _queued_rows(), pool_views(now)
-    requests = [_request(*r[:9], None) for r in rows]
+    rows, views = job_queue().queued(), pool_views(now)
+    requests = [queued_request(r) for r in rows]
     core = []
     for _ in range(args.runs):
         t = time.perf_counter()

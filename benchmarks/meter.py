@@ -92,9 +92,10 @@ def main() -> None:
     from django.contrib.auth.models import User
     from django.utils import timezone
 
+    from apps.core.models import AccountProfile
     from apps.metering.checks import meter_violations
     from apps.metering.limits import spend_check
-    from apps.metering.models import AccountProfile, Lease
+    from apps.metering.models import Lease
     from apps.metering.selectors import usage_rows, with_line_fields
     from apps.metering.statements import by_day, chart_data, statement_of
 

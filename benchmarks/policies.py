@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from apps.pool.scheduler import schedule  # noqa: E402
-from apps.pool.simulator import recorded_trace, simulate_trace  # noqa: E402
+from apps.scheduling.core import schedule  # noqa: E402
+from apps.scheduling.simulator import recorded_trace, simulate_trace  # noqa: E402
 
 TRACE_DIR = Path(os.environ.get("E31_TRACES", "/work/shared/traces"))
 TRACES = {

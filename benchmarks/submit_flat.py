@@ -36,7 +36,7 @@ now = timezone.now()
 Job.objects.bulk_create([Job(owner=u, name=f'fill-{{i}}', spec=t.spec, kind=t.kind, gpus_per_node=1,
     time_limit_s=t.time_limit_s, submitted_at=now + timedelta(microseconds=i), event_seq=1)
     for i in range({n})], batch_size=2000)
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 print(schedule_cycle())
 """
 SESSION = """

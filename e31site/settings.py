@@ -58,8 +58,10 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI served from here: the product runs offline
     "django_filters",
     "channels",
+    "apps.core",
     "apps.jobs",
     "apps.pool",
+    "apps.scheduling",
     "apps.metering",
     "apps.artifacts",
     "apps.notices",
@@ -187,18 +189,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # scheduling cycles and the node watch (its own worker, `core` in the Procfile); "side"
 # carries everything else. https://docs.celeryq.dev/en/stable/userguide/routing.html
 CELERY_TASK_DEFAULT_QUEUE = "side"
-CELERY_TASK_ROUTES = {"apps.pool.tasks.*": {"queue": "core"}}
+CELERY_TASK_ROUTES = {"apps.scheduling.tasks.*": {"queue": "core"}, "apps.jobs.tasks.*": {"queue": "core"}}
 # Every task has limits (seconds): soft raises SoftTimeLimitExceeded inside the task, hard
 # kills the worker child. https://docs.celeryq.dev/en/stable/userguide/workers.html#time-limits
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("E31_TASK_SOFT_TIME_LIMIT_S", 60)
 CELERY_TASK_TIME_LIMIT = env_int("E31_TASK_TIME_LIMIT_S", 90)
 CELERY_BEAT_SCHEDULE = {
     "schedule-cycle": {
-        "task": "apps.pool.tasks.schedule_cycle_task",
+        "task": "apps.scheduling.tasks.schedule_cycle_task",
         "schedule": env_float("E31_SCHEDULER_PERIOD_S", 5.0),
     },
     "node-watch": {
-        "task": "apps.pool.tasks.node_watch_task",
+        "task": "apps.jobs.tasks.node_watch_task",
         "schedule": env_float("E31_NODE_WATCH_PERIOD_S", 5.0),
     },
 }
@@ -330,7 +332,7 @@ E31_DATA_ALLOW_HOSTS = env_list("E31_DATA_ALLOW_HOSTS", [])
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
 E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)
-# Scheduling policy knobs (apps.pool.scheduler.PolicyConfig; weights as in Slurm's
+# Scheduling policy knobs (apps.scheduling.core.PolicyConfig; weights as in Slurm's
 # priority/multifactor plugin, https://slurm.schedmd.com/priority_multifactor.html).
 # Each is read from E31_POLICY_<FIELD> (e.g. E31_POLICY_RESERVATION_DEPTH=2) when set;
 # unset ones keep the core's tuned defaults, documented on PolicyConfig.

@@ -2,7 +2,7 @@
 
 ``make run`` calls ``manage.py standalone``. One process serves HTTP and
 WebSockets (uvicorn), runs Celery tasks eagerly (no broker), runs scheduling
-cycles in a coalescing loop of its own (:class:`apps.pool.cycle_loop.CycleLoop`:
+cycles in a coalescing loop of its own (:class:`apps.scheduling.cycle_loop.CycleLoop`:
 what Celery and the Redis flag do in production; a request only asks for a
 cycle, never runs one) and the periodic work (node watch, a cycle) on a timer; two agents with
 simulated GPUs run as child processes, each in its own work dir; one that dies is
@@ -102,8 +102,8 @@ def files_private() -> list[Path]:
 
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for."""
-    from apps.pool.cycle_loop import cycle_wanted
-    from apps.pool.tasks import node_watch_task
+    from apps.jobs.tasks import node_watch_task
+    from apps.scheduling.cycle_loop import cycle_wanted
 
     close_old_connections()
     try:
@@ -290,7 +290,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     app as they arrive (Daphne buffered each whole in memory first, daphne#483).
     """
     from apps.jobs.live import set_local_loop
-    from apps.pool.cycle_loop import CycleLoop, set_runner
+    from apps.scheduling.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
 
     url = f"http://{host}:{port}"

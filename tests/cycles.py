@@ -1,7 +1,7 @@
 """The test suite's scheduling-cycle runner (eager Celery, no loop thread; issue 10, item 1).
 
 A commit that may change the plan only *asks* for a cycle
-(:func:`apps.pool.cycle_loop.cycle_wanted`). Here the harness answers, on the
+(:func:`apps.scheduling.cycle_loop.cycle_wanted`). Here the harness answers, on the
 test's own thread and database connection, so tests stay deterministic:
 
 - asked by a service the test called directly: the cycle runs at once (as a
@@ -37,7 +37,7 @@ class HarnessCycles:
             self.drain()
 
     def drain(self) -> None:
-        from apps.pool.tasks import schedule_cycle_task
+        from apps.scheduling.tasks import schedule_cycle_task
 
         if self.running:
             return  # the running cycle's caller loops once more
@@ -63,14 +63,14 @@ class HarnessCycles:
                 self.drain()
 
     def install(self) -> None:
-        from apps.pool.cycle_loop import set_runner
+        from apps.scheduling.cycle_loop import set_runner
 
         self._previous = set_runner(self.wanted)
         request_started.connect(self.started, dispatch_uid="e31-test-cycles-start")
         request_finished.connect(self.finished, dispatch_uid="e31-test-cycles-finish")
 
     def uninstall(self) -> None:
-        from apps.pool.cycle_loop import set_runner
+        from apps.scheduling.cycle_loop import set_runner
 
         request_started.disconnect(dispatch_uid="e31-test-cycles-start")
         request_finished.disconnect(dispatch_uid="e31-test-cycles-finish")

@@ -18,8 +18,8 @@ from apps.artifacts.services import bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
 from apps.jobs.services import agent_report, job_submit, log_append
 from apps.pool.models import Node
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.services import node_set_drain
+from apps.scheduling.adapter import schedule_cycle
 
 from .clock import FrozenClock
 

@@ -7,7 +7,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from apps.pool.choices import NodeState
+from apps.core.choices import NodeState
 from apps.pool.models import Gpu, Node
 
 _uuid = itertools.count(1)

@@ -1,7 +1,10 @@
-"""Admin building blocks shared by the apps."""
+"""Admin building blocks shared by the apps, and the account settings admin."""
 from __future__ import annotations
 
+from django.contrib import admin
 from django.http import HttpRequest
+
+from .models import AccountProfile
 
 
 class LedgerAdmin:
@@ -21,3 +24,12 @@ class LedgerAdmin:
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+@admin.register(AccountProfile)
+class AccountProfileAdmin(admin.ModelAdmin):
+    """Per account: time zone and monthly spend limit (USD per calendar month of that zone)."""
+
+    list_display = ["owner", "time_zone", "monthly_spend_limit"]
+    search_fields = ["owner__username"]
+    autocomplete_fields = ["owner"]

@@ -27,13 +27,13 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
-from apps.metering.limits import spend_limit_enforce
+from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 
 from . import live
-from .choices import HOLDING, EndReason, JobState, Outcome
+from .limits import spend_limit_enforce
 from .models import Job, JobArray, JobEvent
 from .services import _after_submit, _unsaved_job, job_cancel, job_submit, spec_validate
-from .spec import SpecError
+from .spec import SpecError, compute_request
 from .state import transition_bulk
 
 
@@ -71,7 +71,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
     first.event_seq = 1  # the "submitted" event below; no other writer knows the job yet
     with transaction.atomic():
         # One check for the whole array's worst case (SpecError if over).
-        spend_limit_enforce(owner=owner, compute=first.spec["compute"], tasks=size, now=now)
+        spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now)
         first.array = JobArray.objects.create(owner=owner, name=spec.name, size=size, submitted_at=now,
                                               spec=spec.model_dump(mode="json"))
         first.array_index = 0

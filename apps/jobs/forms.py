@@ -21,9 +21,9 @@ from django import forms
 
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
+from apps.core.choices import JobKind
 
 from .arrays import ArraySubmitted, spec_submit
-from .choices import JobKind
 from .examples import example_attachments, example_names, example_yaml
 from .models import Job
 from .spec import SpecError, load_yaml

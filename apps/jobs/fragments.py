@@ -24,14 +24,15 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from apps.artifacts.services import bundles_latest
+from apps.core.choices import JobKind, JobState, Outcome
+from apps.core.units import format_duration
 from apps.metering.display import rate_text
+from apps.metering.receipts import job_receipt
 from apps.metering.selectors import job_money
 
-from .choices import JobKind, JobState, Outcome
 from .models import Job
 from .selectors import end_detail
 from .services import log_read
-from .spec import format_duration
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -127,7 +128,8 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     return {
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases,
-        "money": job_money(leases, timezone.now()), "steps": job_steps(job), "end_detail": end_detail(job),
+        "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
+        "end_detail": end_detail(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from .choices import HOLDING, EndReason, JobKind, JobState, Outcome
+from apps.core.choices import HOLDING, EndReason, JobKind, JobState, Outcome
 
 
 class JobArray(models.Model):
@@ -54,6 +54,12 @@ class Job(models.Model):
     nodes = models.PositiveIntegerField(default=1)
     time_limit_s = models.PositiveIntegerField(help_text="Seconds; bounds the hold from rented_at.")
     priority_boost = models.IntegerField(default=0, help_text="Operator boost; higher goes first.")
+    # The compute requirements, typed (apps.jobs.spec.requirement_columns): memory in MiB.
+    gpu_models = models.JSONField(default=list, blank=True, help_text="GPU models accepted; empty: any.")
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="MiB per GPU at least; 0: any.")
+    cpus = models.PositiveIntegerField(default=0, help_text="CPUs per node; 0: not asked.")
+    memory_mib = models.PositiveBigIntegerField(default=0, help_text="Memory per node, MiB; 0: not asked.")
+    needs_runtime = models.BooleanField(default=False, help_text="Names a container image.")
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)

@@ -1,7 +1,8 @@
 """Operator actions on every job at once (SPEC §3: a cancel by the operator)."""
 from __future__ import annotations
 
-from .choices import HOLDING, JobState
+from apps.core.choices import HOLDING, JobState
+
 from .models import Job
 from .services import job_cancel_effect
 from .state import event_add

@@ -22,8 +22,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.choices import JobState
+
 from . import live
-from .choices import JobState
 from .models import Job, JobPrestage
 
 MESSAGE_MAX = 300

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from .choices import JobState, Outcome
+from apps.core.choices import JobState, Outcome
+
 from .models import Job
 
 

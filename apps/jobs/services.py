@@ -18,20 +18,20 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.artifacts.models import Bundle, Upload
+from apps.core.choices import EndReason, JobState, Outcome
 from apps.metering import billing
-from apps.metering.limits import spend_limit_enforce
 from apps.metering.models import Lease
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
-from apps.metering.usage import usage_record
 from apps.pool.models import Node
 from apps.pool.notify import node_wake
-from apps.pool.scheduling import job_request, pool_refusal
+from apps.scheduling.adapter import job_request, pool_refusal
+from apps.scheduling.usage import usage_record
 
 from . import live
-from .choices import EndReason, JobState, Outcome
+from .limits import spend_limit_enforce
 from .models import AgentReport, Job, JobEvent, LogChunk
 from .sources import source_words
-from .spec import JobSpec, SpecError, parse_spec
+from .spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
 from .state import TransitionError, event_add, transition
 
 log = logging.getLogger(__name__)
@@ -93,9 +93,10 @@ def _file_allowed(url: str) -> bool:
 
 
 def _unsaved_job(spec: JobSpec, owner: AbstractBaseUser) -> Job:
-    return Job(owner=owner, name=spec.name, spec=spec.model_dump(mode="json"), kind=spec.work.kind,
+    document = spec.model_dump(mode="json")
+    return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
-               time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now())
+               time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now(), **requirement_columns(document))
 
 
 def job_submit(*, owner: AbstractBaseUser, document: Any,
@@ -113,7 +114,8 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     with transaction.atomic():
-        spend_limit_enforce(owner=owner, compute=spec.compute.model_dump(mode="json"))  # SpecError if over
+        # SpecError if over:
+        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
         job = _unsaved_job(spec, owner)
         job.max_attempts = settings.E31_MAX_ATTEMPTS
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
@@ -129,9 +131,9 @@ def _after_submit(owner_id: int, job_ids: list[int]) -> None:
     After commit: one small message to the owner's live pages (new rows), one to the pool
     page (more jobs waiting), and one ask for a scheduling cycle. Nothing is rendered and
     no cycle runs here (issue 10): the cycle runs in a Celery worker, or in the local
-    loop of ``make run`` (:mod:`apps.pool.cycle_loop`).
+    loop of ``make run`` (:mod:`apps.scheduling.cycle_loop`).
     """
-    from apps.pool.tasks import enqueue_schedule_cycle
+    from apps.scheduling.tasks import enqueue_schedule_cycle
 
     ids = list(job_ids)
     transaction.on_commit(lambda: live.jobs_changed(owner_id, ids), robust=True)

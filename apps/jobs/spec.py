@@ -28,18 +28,16 @@ from pydantic import (
     field_validator,
 )
 
-from .choices import JobKind
+from apps.core.choices import JobKind
+from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES, ComputeRequest
+from apps.core.units import format_duration, gb_to_mib, parse_duration
 
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SOURCE_SCHEMES = ("https://", "s3://", "gs://", "upload:", "file://")
 MAX_ENV_KEYS = 100
 MAX_DATA = 100
 MAX_OUTPUT_PATHS = 100
-MAX_GPUS_PER_NODE = 1024  # a sanity bound; what the pool really has is checked at submit
-MAX_NODES = 256
-MAX_TIME_LIMIT_S = 10 * 365 * 86400  # a sanity bound; the operator maximum is checked later
 MAX_ARRAY = 10_000  # tasks in one job array (SPEC §2)
 
 
@@ -53,43 +51,6 @@ class SpecError(Exception):
     def __init__(self, errors: dict[str, list[str]]):
         super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
         self.errors = errors
-
-
-def parse_duration(value: int | str) -> int:
-    """Return a time limit in seconds from ``"90s"``, ``"45m"``, ``"1h30m"``, ``"2d"`` or an int.
-
-    Raises:
-        ValueError: not a positive duration in that form.
-    """
-    if isinstance(value, bool):
-        raise ValueError("must be a duration such as 90s, 45m, 8h, 1h30m, 2d, or seconds")
-    if isinstance(value, int):
-        seconds = value
-    else:
-        text = value.strip().lower()
-        if text.isdigit():
-            seconds = int(text)
-        else:
-            match = DURATION.fullmatch(text)
-            if not text or not match:
-                raise ValueError("must be a duration such as 90s, 45m, 8h, 1h30m, 2d, or seconds")
-            d, h, m, s = (int(g or 0) for g in match.groups())
-            seconds = ((d * 24 + h) * 60 + m) * 60 + s
-    if seconds <= 0:
-        raise ValueError("must be more than 0 seconds")
-    if seconds > MAX_TIME_LIMIT_S:
-        raise ValueError("is far too long")
-    return seconds
-
-
-def format_duration(seconds: int) -> str:
-    """Render seconds as ``1h30m`` / ``45m`` / ``90s`` (inverse of :func:`parse_duration`)."""
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts) or "0s"
 
 
 def check_relative_path(value: str, *, allow_dot: bool = False) -> str:
@@ -450,3 +411,22 @@ def load_yaml(text: str) -> Any:
 def spec_to_yaml(spec: Mapping[str, Any]) -> str:
     """Dump a spec mapping as block YAML in the field order of SPEC §2."""
     return yaml.safe_dump(dict(spec), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def compute_request(compute: Mapping[str, Any]) -> ComputeRequest:
+    """The typed request of a validated spec's ``compute`` part (its JSON form, ``spec["compute"]``):
+    GB converted to MiB once here (:func:`apps.core.units.gb_to_mib`)."""
+    return ComputeRequest(
+        gpus=compute["gpus"], nodes=compute.get("nodes") or 1, gpu_models=tuple(compute.get("gpu_model") or ()),
+        gpu_memory_mib=gb_to_mib(compute.get("gpu_memory_gb")), cpus=compute.get("cpus") or 0,
+        memory_mib=gb_to_mib(compute.get("memory_gb")), time_limit_s=parse_duration(compute["time_limit"]))
+
+
+def requirement_columns(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed requirement columns of :class:`apps.jobs.models.Job` for a validated spec (JSON form):
+    ``{"gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime"}``. The scheduler
+    reads these, never the spec."""
+    request = compute_request(spec["compute"])
+    return {"gpu_models": list(request.gpu_models), "gpu_memory_mib": request.gpu_memory_mib,
+            "cpus": request.cpus, "memory_mib": request.memory_mib,
+            "needs_runtime": bool((spec.get("work") or {}).get("image"))}

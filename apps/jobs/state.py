@@ -12,8 +12,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
+
 from . import live
-from .choices import ALLOWED_MOVES, STAMP_FIELD, JobState
 from .models import Job, JobEvent
 
 
@@ -93,7 +94,7 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
 def _after_commit(job_id: int, src: str, to: str) -> None:
     """Hooks that run once a state change is durable."""
     from apps.notices.tasks import enqueue_release_email
-    from apps.pool.tasks import enqueue_schedule_cycle
+    from apps.scheduling.tasks import enqueue_schedule_cycle
 
     if to in (JobState.QUEUED, JobState.RELEASED):
         # A job joins the queue or GPUs come back: the plan may change.
@@ -133,7 +134,7 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
                                            detail=detail[:500]) for pk, seq in rows], batch_size=2000)
     live.pool_changed()
     if to in (JobState.QUEUED, JobState.RELEASED):
-        from apps.pool.tasks import enqueue_schedule_cycle
+        from apps.scheduling.tasks import enqueue_schedule_cycle
 
         enqueue_schedule_cycle()  # one cycle for all of them
     return ids

@@ -16,10 +16,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest
+from apps.core.choices import JobState
 from apps.metering.selectors import price_estimate, rate_table
 
 from .arrays import ArraySubmitted, array_cancel, array_counts, arrays_of, jobs_grouped_of
-from .choices import JobState
 from .examples import example_files, example_names
 from .forms import JobForm, new_job_form
 from .fragments import job_page_context, list_row_context, render_array_row, stamp_ms

@@ -6,7 +6,7 @@ import zoneinfo
 from django.conf import settings
 from django.db import transaction
 
-from .models import AccountProfile, validate_time_zone
+from apps.core.models import AccountProfile, validate_time_zone
 
 
 def profile_of(user) -> AccountProfile:

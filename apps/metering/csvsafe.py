@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from django.http import HttpResponse
+
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
@@ -29,3 +31,12 @@ def csv_write(out, header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None
     writer = csv.writer(out)
     writer.writerow([csv_cell(v) for v in header])
     writer.writerows([csv_cell(v) for v in row] for row in rows)
+
+
+def csv_response(filename: str, header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> HttpResponse:
+    """An attachment ``filename`` (UTF-8 CSV) of ``header`` and ``rows``, through :func:`csv_write`:
+    the one CSV writer of the site (usage page, usage API, operator report)."""
+    resp = HttpResponse(content_type="text/csv; charset=utf-8")
+    resp["Content-Disposition"] = f'attachment; filename="{filename}"'
+    csv_write(resp, header, rows)
+    return resp

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
+from django.core.exceptions import ValidationError
+
 FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9998, 12, 31)  # any zone's midnights fit in datetime
 
 
@@ -22,8 +24,6 @@ def validate_day(day: date) -> None:
             a local midnight in some zone falls outside what a datetime can hold.
     """
     if not FIRST_DAY <= day <= LAST_DAY:
-        from django.core.exceptions import ValidationError
-
         raise ValidationError(f"Must be between {FIRST_DAY:%Y-%m-%d} and {LAST_DAY:%Y-%m-%d}.")
 
 

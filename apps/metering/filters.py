@@ -7,7 +7,7 @@ import django_filters
 from django import forms
 from django.db.models import F, Q, QuerySet
 
-from apps.jobs.choices import EndReason, Outcome
+from apps.core.choices import EndReason, Outcome
 
 from .days import local_midnight, validate_day
 from .models import Lease

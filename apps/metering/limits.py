@@ -11,8 +11,9 @@ time zone) is ``limit - spent - committed``:
   case beyond what they have cost so far.
 
 A job is refused when its worst case (time limit x GPUs x the highest rate
-of the models it accepts) exceeds what is left. The check only runs at
-submit: a running job is never stopped by it.
+of the models it accepts, from the typed :class:`~apps.core.types.ComputeRequest`)
+exceeds what is left. The check only runs at submit (:func:`apps.jobs.limits.spend_limit_enforce`):
+a running job is never stopped by it.
 """
 from __future__ import annotations
 
@@ -21,18 +22,26 @@ from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
+
+from apps.core.choices import JobState
+from apps.core.types import ComputeRequest
+from apps.scheduling.core.matching import model_matches
 
 from . import billing
 from .accounts import profile_of
 from .days import month_start, next_month_start
-from .models import AccountProfile, Lease
+from .models import Lease
+from .pricing import lease_price
 from .rates import FALLBACK_RATE
-from .selectors import price_estimate
+from .selectors import rate_table
 from .statements import paid_between, statement_of
 
-ACTIVE_STATES = ("queued", "rented", "running")
+HOLDING_STATES = (JobState.RENTED, JobState.RUNNING)
+# The jobs table as the meter's own foreign key names it ("jobs.Job"): metering reads the queued jobs'
+# typed requirement columns through it and imports no module of the jobs app (issue 13 layers).
+Job = Lease._meta.get_field("job").related_model
 
 
 @dataclass(frozen=True)
@@ -79,51 +88,63 @@ def _cents(amount: Decimal | None) -> str:
     return f"{(amount or Decimal(0)).quantize(billing.CENT):,}"
 
 
-def worst_case_of(compute: Any, now: datetime | None = None) -> Decimal:
-    """Most a job with this compute part can cost (6 places): time limit x GPUs x the highest
+def worst_case_of(request: ComputeRequest, now: datetime | None = None, *,
+                  table: list[dict[str, Any]] | None = None) -> Decimal:
+    """Most a job with this compute request can cost (USD, 6 places): time limit x GPUs x the highest
     rate among the GPU models it accepts that the pool has (any accepted model when the pool has
     none of them; the fallback rate if none has a rate).
 
-    ``compute``: a spec's compute part (mapping). Raises ValueError if it is incomplete.
+    ``table``: :func:`apps.metering.selectors.rate_table` at ``now``, when the caller has it
+    (pricing many requests reads the pool and rates once).
     """
-    estimate = price_estimate(compute, now)
-    if estimate is None:
-        raise ValueError("the compute part needs gpus and a time limit")
+    table = rate_table(now) if table is None else table
+    rows = [row for row in table
+            if not request.gpu_models or any(model_matches(w, row["gpu_model"]) for w in request.gpu_models)]
     # Only models the pool has can run it; with none of them in the pool, any accepted model might.
-    rows = [row for row in estimate.rows if row["total"]] or estimate.rows
+    rows = [row for row in rows if row["total"]] or rows
     rate = max((row["rate_per_gpu_hour"] for row in rows), default=FALLBACK_RATE)
-    from apps.jobs.spec import parse_duration
-
-    return billing.worst_case_cost(parse_duration(compute.get("time_limit")), estimate.gpus, rate)
+    return billing.worst_case_cost(request.time_limit_s, request.gpus_total, rate)
 
 
-def _committed(owner, now: datetime) -> Decimal:
-    from apps.jobs.models import Job
-
+def _queued_committed(owner_id: int, now: datetime, table: list[dict[str, Any]] | None) -> Decimal:
+    """The worst case of the account's queued jobs: one aggregate query over the jobs' typed columns
+    (jobs with one request, e.g. the tasks of an array, are priced once and counted), the pool
+    and rates read once."""
+    groups = list(Job.objects.filter(owner_id=owner_id, state=JobState.QUEUED)
+                  .values("gpu_models", "gpus_per_node", "nodes", "time_limit_s").annotate(n=Count("id")).order_by())
+    if not groups:
+        return Decimal(0)
+    table = rate_table(now) if table is None else table
     total = Decimal(0)
-    # Queued jobs: worst case per distinct compute part (the tasks of an array share one), in SQL.
-    queued = (Job.objects.filter(owner=owner, state="queued").values("spec__compute")
-              .annotate(n=Count("id")).order_by())
-    for row in queued:
-        try:
-            total += worst_case_of(row["spec__compute"] or {}, now) * row["n"]
-        except ValueError:
-            continue
-    for job in Job.objects.filter(owner=owner, state__in=ACTIVE_STATES).exclude(state="queued").only(
-            "id", "state", "attempt"):
-        for lease in Lease.objects.filter(job=job, attempt=job.attempt, run_ended_at__isnull=True):
-            whole = billing.cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
-            so_far = billing.cost(billing.billed_seconds(lease.rented_at, now, lease.time_limit_s),
-                                  lease.gpu_count, lease.rate_per_gpu_hour)
-            total += max(Decimal(0), whole - so_far)
+    for row in groups:
+        request = ComputeRequest(gpus=row["gpus_per_node"], nodes=row["nodes"],
+                                 gpu_models=tuple(row["gpu_models"] or ()), time_limit_s=row["time_limit_s"])
+        total += worst_case_of(request, now, table=table) * row["n"]
     return total
 
 
-def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figures: bool = False) -> SpendCheck:
+def _held_committed(owner_id: int, now: datetime) -> Decimal:
+    """What the account's runs going on may still cost: each open-run lease of a job's current attempt,
+    its whole worst case less its price so far (:func:`apps.metering.pricing.lease_price`)."""
+    total = Decimal(0)
+    for lease in Lease.objects.filter(job__owner_id=owner_id, job__state__in=HOLDING_STATES,
+                                      attempt=F("job__attempt"), run_ended_at__isnull=True):
+        whole = billing.cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
+        total += max(Decimal(0), whole - (lease_price(lease, now).cost or Decimal(0)))
+    return total
+
+
+def _committed(owner, now: datetime, table: list[dict[str, Any]] | None = None) -> Decimal:
+    return _queued_committed(owner.pk, now, table) + _held_committed(owner.pk, now)
+
+
+def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figures: bool = False,
+                table: list[dict[str, Any]] | None = None) -> SpendCheck:
     """Where a new job of ``worst_case`` USD stands against ``owner``'s limit this month.
 
     Reads only. Without a limit it does no further query (``spent`` and ``committed`` are then
-    0), unless ``figures`` asks for them anyway (a quote shows them).
+    0), unless ``figures`` asks for them anyway (a quote shows them). ``table``: the rate table
+    at ``now`` if the caller has read it (see :func:`worst_case_of`).
     """
     now = now or timezone.now()
     profile = profile_of(owner)
@@ -134,26 +155,4 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
     leases = (Lease.objects.filter(job__owner=owner, charged=True, rented_at__lt=end)
               .exclude(released_at__lt=start).select_related("job", "node"))
     spent = paid_between(statement_of(leases, now).lines, start, end)
-    return SpendCheck(worst_case, profile.monthly_spend_limit, spent, _committed(owner, now), start)
-
-
-def spend_limit_enforce(*, owner, compute: Any, now: datetime | None = None, tasks: int = 1) -> SpendCheck:
-    """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit.
-
-    Called by :func:`apps.jobs.services.job_submit` before the job is stored, and once by
-    :func:`apps.jobs.arrays.array_submit` for a whole array: ``tasks`` times one task's worst case.
-
-    Raises:
-        apps.jobs.spec.SpecError: ``{"compute": [message with the shortfall]}``.
-    """
-    from apps.jobs.spec import SpecError
-
-    # Inside the submit's transaction the profile row is locked, so two submits of one
-    # account at once are checked one after the other: the second sees the first as committed.
-    if not AccountProfile.objects.select_for_update().filter(owner_id=owner.pk,
-                                                             monthly_spend_limit__isnull=False).exists():
-        return SpendCheck(Decimal(0), None, Decimal(0), Decimal(0), now or timezone.now())
-    check = spend_check(owner=owner, worst_case=worst_case_of(compute, now) * tasks, now=now)
-    if not check.fits:
-        raise SpecError({"compute": [check.message()]})
-    return check
+    return SpendCheck(worst_case, profile.monthly_spend_limit, spent, _committed(owner, now, table), start)

@@ -1,11 +1,8 @@
 """The meter: GPU rates and leases (SPEC §4)."""
 from __future__ import annotations
 
-import zoneinfo
 from decimal import Decimal
 
-from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -114,107 +111,3 @@ class LeaseGpu(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} in lease {self.lease_id}{' (open)' if self.open else ''}"
-
-
-class AccountUsage(models.Model):
-    """An account's recent GPU use, for fair share and runtime prediction (SPEC §5).
-
-    ``decayed_gpu_seconds`` is kept incrementally: at each update the old
-    value is decayed by ``2 ** (-elapsed / half_life)`` from ``updated_at``
-    and the new GPU-seconds are added, so no cycle re-sums the ledger.
-    ``recent_runtimes_s`` holds the account's last two actual run times
-    (seconds, newest last) for runtime prediction.
-    """
-
-    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gpu_usage")
-    decayed_gpu_seconds = models.FloatField(default=0.0)
-    updated_at = models.DateTimeField()
-    recent_runtimes_s = models.JSONField(default=list, blank=True)
-
-    def __str__(self) -> str:
-        return f"usage of {self.owner_id}: {self.decayed_gpu_seconds:.0f} GPU-s"
-
-
-class SchedulerCycle(models.Model):
-    """One scheduling cycle's figures, kept for the admin (the newest few hundred)."""
-
-    at = models.DateTimeField(db_index=True)
-    policy = models.CharField(max_length=16)
-    seconds = models.FloatField()
-    queued = models.PositiveIntegerField()
-    placed = models.PositiveIntegerField()
-
-    class Meta:
-        ordering = ["-at"]
-
-    def __str__(self) -> str:
-        return f"cycle at {self.at:%H:%M:%S}: {self.seconds * 1000:.1f} ms"
-
-
-def validate_time_zone(value: str) -> None:
-    """Raise :class:`ValidationError` unless ``value`` is an IANA time zone name (``Europe/Berlin``)."""
-    if value not in zoneinfo.available_timezones():
-        raise ValidationError(f"{value!r} is not a time zone name such as Europe/Berlin or UTC.")
-
-
-class AccountProfile(models.Model):
-    """An account's meter settings: its time zone and its monthly spend limit (SPEC §4).
-
-    ``time_zone`` decides the user's days (usage chart, date filters) and the
-    calendar month a spend limit counts in. ``monthly_spend_limit`` is in USD
-    per calendar month of that zone; null means no limit. Operators set the
-    limit in the admin; users pick their time zone on the settings page.
-    """
-
-    owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                                 related_name="account_profile")
-    time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone],
-                                 help_text="IANA name, e.g. Europe/Berlin. Days and months are counted in it.")
-    monthly_spend_limit = models.DecimalField(
-        max_digits=12, decimal_places=2, null=True, blank=True,
-        help_text="USD per calendar month (in the account's time zone); empty for no limit. A job whose "
-                  "worst case exceeds what is left is refused at submit; running jobs are never stopped.")
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(condition=Q(monthly_spend_limit__isnull=True) | Q(monthly_spend_limit__gte=0),
-                                   name="account_spend_limit_not_negative"),
-        ]
-
-    def __str__(self) -> str:
-        return f"profile of {self.owner_id} ({self.time_zone})"
-
-    @property
-    def tz(self) -> zoneinfo.ZoneInfo:
-        """The profile's zone; UTC if the stored name is unknown to this machine."""
-        try:
-            return zoneinfo.ZoneInfo(self.time_zone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            return zoneinfo.ZoneInfo("UTC")
-
-
-class NodeDowntime(models.Model):
-    """One span a node was ``down`` (SPEC §3): from its last heartbeat to its next registration.
-
-    ``gpus`` is the node's present GPUs by model when it went down
-    (``{"H100-80GB": 4}``), so reports count down GPU-hours per model.
-    ``up_at`` is null while the node is still down.
-    """
-
-    node = models.ForeignKey("pool.Node", on_delete=models.CASCADE, related_name="downtimes")
-    down_at = models.DateTimeField()
-    up_at = models.DateTimeField(null=True, blank=True)
-    gpus = models.JSONField(default=dict)
-
-    class Meta:
-        ordering = ["-down_at"]
-        constraints = [
-            # At most one open span per node: a duplicate "lost" pass records nothing twice.
-            models.UniqueConstraint(fields=["node"], condition=Q(up_at__isnull=True),
-                                    name="one_open_downtime_per_node"),
-            models.CheckConstraint(condition=Q(up_at__isnull=True) | Q(up_at__gte=models.F("down_at")),
-                                   name="downtime_up_after_down"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.node_id} down from {self.down_at:%Y-%m-%d %H:%M}"

@@ -12,6 +12,7 @@ from django.utils import timezone
 from . import billing
 from .display import rate_text
 from .models import Lease
+from .pricing import lease_price
 
 STEPS = (("Submitted", "submitted_at"), ("Rented", "rented_at"), ("Run started", "run_started_at"),
          ("Run ended", "run_ended_at"), ("Released", "released_at"))
@@ -106,12 +107,8 @@ def job_receipt(job, now: datetime | None = None) -> Receipt:
                       queue=queue_seconds(job, leases, now), lines=[], final=job.released_at is not None)
     for lease in leases:
         held = _seconds(lease.rented_at, lease.released_at or now)
-        running = lease.run_ended_at is None and lease.released_at is None
-        if running:
-            billed = billing.billed_seconds(lease.rented_at, now, lease.time_limit_s)
-            cost = billing.cost(billed, lease.gpu_count, lease.rate_per_gpu_hour)
-        else:
-            billed, cost = lease.billed_seconds or 0, lease.cost or Decimal(0)
+        price = lease_price(lease, now)
+        running, billed, cost = price.running, price.billed_seconds or 0, price.cost or Decimal(0)
         if lease.charged:
             line = ReceiptLine(lease, rate_text(lease.rate_per_gpu_hour), held, billed, max(0, held - billed), 0,
                                min(lease.staging_seconds, billed), cost, True, running)

@@ -7,7 +7,7 @@ its overlap, see :mod:`apps.metering.days`):
 - held: every lease, from rent to release (to now while open), charged or not;
 - charged: the billed span of charged leases (``rented_at`` + ``billed_seconds``);
 - revenue: the cost of charged leases, shared between days by that overlap;
-- down: :class:`~apps.metering.models.NodeDowntime` spans x the node's GPUs of the model;
+- down: :class:`~apps.pool.models.NodeDowntime` spans x the node's GPUs of the model;
 - capacity: the GPUs of the model the pool knows now x the day's hours (up to now);
   the pool's past inventory is not recorded, so a day before a node joined counts it too;
 - idle: capacity - held - down, never below 0.
@@ -22,11 +22,11 @@ from decimal import ROUND_HALF_UP, Decimal
 from django import forms
 from django.db.models import Count, Q
 
-from apps.pool.models import Gpu
+from apps.pool.models import Gpu, NodeDowntime
 
 from . import billing
 from .days import local_midnight, split_by_day, validate_day
-from .models import Lease, NodeDowntime
+from .models import Lease
 from .statements import line_pieces, statement_of
 
 REPORT_DAYS_DEFAULT = 14

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,13 +12,16 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from apps.jobs.spec import MAX_GPUS_PER_NODE, MAX_NODES, format_duration, parse_duration
-from apps.pool.scheduler.matching import model_matches
-from apps.pool.selectors import pool_summary
+from apps.core.choices import NodeState
+from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES
+from apps.core.units import format_duration, parse_duration
+from apps.pool.models import Gpu
+from apps.scheduling.core.matching import model_matches
 
-from .billing import billed_seconds, cost, worst_case_cost
+from .billing import worst_case_cost
 from .display import rate_text
-from .models import Lease
+from .models import Lease, LeaseGpu
+from .pricing import lease_price
 from .rates import FALLBACK_RATE, current_rates
 from .statements import Day, Statement, by_day, statement_of
 
@@ -112,14 +116,11 @@ def job_money(leases, now: datetime) -> Money:
     for lease in leases:
         if not lease.charged:
             continue
-        if lease.cost is not None:
-            total += lease.cost
-            seconds += lease.billed_seconds or 0
-        elif lease.run_ended_at is None:
-            running = billed_seconds(lease.rented_at, now, lease.time_limit_s)
-            total += cost(running, lease.gpu_count, lease.rate_per_gpu_hour)
-            seconds += running
-            accruing = True
+        price = lease_price(lease, now)
+        if price.cost is not None:
+            total += price.cost
+            seconds += price.billed_seconds or 0
+            accruing = accruing or price.running
     return Money(total, seconds, accruing)
 
 
@@ -131,6 +132,28 @@ def gpu_hours_by_day(leases, tz, now: datetime | None = None) -> list[Day]:
 
 
 # --- rates and the price estimate (the new-job form) ------------------------
+def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per GPU model: total GPUs on nodes not down, free ones (on up nodes), rate per GPU-hour.
+
+    Shape: ``[{"gpu_model", "total", "free", "rate_per_gpu_hour", "nodes"}]`` sorted by model.
+    """
+    now = now or timezone.now()
+    held = set(LeaseGpu.objects.filter(open=True).values_list("gpu_id", flat=True))
+    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "free": 0, "nodes": set()})
+    for gpu in Gpu.objects.filter(present=True).exclude(node__state=NodeState.DOWN).select_related("node"):
+        row = rows[gpu.model]
+        row["total"] += 1
+        row["nodes"].add(gpu.node.name)
+        if gpu.pk not in held and gpu.node.state == NodeState.UP:
+            row["free"] += 1
+    rates = current_rates(now)
+    return [
+        {"gpu_model": model, "total": r["total"], "free": r["free"], "nodes": len(r["nodes"]),
+         "rate_per_gpu_hour": rates.get(model, FALLBACK_RATE)}
+        for model, r in sorted(rows.items())
+    ]
+
+
 def rate_table(now: datetime | None = None) -> list[dict[str, Any]]:
     """Every GPU model with a rate or in the pool: rate per GPU-hour and GPUs total/free.
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.choices import NodeState
 from apps.pool.models import Gpu, Node
+from apps.scheduling.tasks import enqueue_schedule_cycle
 
 from . import billing
 from .models import Lease, LeaseGpu
@@ -94,8 +96,6 @@ def leases_release(*, job, attempt: int, now: datetime | None = None, fence: boo
 
 def _close_or_fence(lease: Lease, now: datetime, *, fence: bool) -> None:
     """Free a released lease's GPUs, or, with ``fence`` and its node not down, keep them held."""
-    from apps.pool.choices import NodeState
-
     if fence and Node.objects.filter(pk=lease.node_id).exclude(state=NodeState.DOWN).exists():
         lease.fenced_at = now
         lease.save(update_fields=["fenced_at"])
@@ -137,8 +137,6 @@ def _lift(leases, now: datetime) -> list[Lease]:
         lease.save(update_fields=["fence_lifted_at"])
         LeaseGpu.objects.filter(lease=lease, open=True).update(open=False)
     if lifted:
-        from apps.pool.tasks import enqueue_schedule_cycle
-
         transaction.on_commit(enqueue_schedule_cycle)  # the GPUs are free: place what waits for them
     return lifted
 
@@ -165,32 +163,3 @@ def fences_lift(*, node: Node, now: datetime | None = None) -> list[Lease]:
     stop runs they cannot report for the loss timeout, SPEC §6). Returns the leases it freed."""
     now = now or timezone.now()
     return _lift(Lease.objects.filter(node=node, fenced_at__isnull=False, fence_lifted_at__isnull=True), now)
-
-
-def node_down_record(*, node: Node, at: datetime) -> None:
-    """Record that ``node`` went down at ``at`` (its last heartbeat), with its GPUs by model.
-
-    Idempotent: a node already recorded down keeps its first span (the
-    partial unique constraint ``one_open_downtime_per_node`` backs this).
-    """
-    from django.db.models import Count
-
-    from .models import NodeDowntime
-
-    if NodeDowntime.objects.filter(node=node, up_at__isnull=True).exists():
-        return
-    gpus = dict(node.gpus.filter(present=True).values_list("model").annotate(n=Count("id")))
-    try:
-        with transaction.atomic():
-            NodeDowntime.objects.create(node=node, down_at=at, gpus=gpus)
-    except IntegrityError:  # another pass recorded it meanwhile
-        pass
-
-
-def node_up_record(*, node: Node, at: datetime) -> None:
-    """Close ``node``'s open down span at ``at`` (it registered again); nothing if none is open."""
-    from .models import NodeDowntime
-
-    for span in NodeDowntime.objects.filter(node=node, up_at__isnull=True):
-        span.up_at = max(at, span.down_at)
-        span.save(update_fields=["up_at"])

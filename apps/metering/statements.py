@@ -15,6 +15,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from . import billing
 from .days import split_by_day
 from .models import Lease
+from .pricing import lease_price
 
 HOUR = Decimal(3600)
 
@@ -134,13 +135,8 @@ def statement_of(leases, now: datetime, period: Period | None = None) -> Stateme
     for lease in leases:
         end = lease.released_at or now
         held = max(0, round((end - lease.rented_at).total_seconds()))
-        running = lease.run_ended_at is None and lease.released_at is None
-        if running:
-            seconds = billing.billed_seconds(lease.rented_at, now, lease.time_limit_s)
-            price = billing.cost(seconds, lease.gpu_count, lease.rate_per_gpu_hour)
-        else:
-            seconds, price = lease.billed_seconds, lease.cost
-        line = Line(lease, held, seconds, price, running, lease_outcome(lease))
+        price = lease_price(lease, now)
+        line = Line(lease, held, price.billed_seconds, price.cost, price.running, lease_outcome(lease))
         lines.append(_in_period(line, period, now) if period else line)
     statement = Statement(lines)
     paid = [line for line in lines if line.counts]

@@ -16,14 +16,15 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from apps.jobs.spec import format_duration
+from apps.core.units import format_duration
 
 from .accounts import profile_of, profile_set_time_zone, user_tz
-from .csvsafe import csv_write
+from .csvsafe import csv_response
 from .days import month_start
 from .filters import UsageFilter
 from .limits import spend_check
 from .models import Lease
+from .receipts import job_receipt
 from .reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
 from .selectors import CSV_COLUMNS, usage_rows, with_line_fields
 from .statements import by_day, chart_data, statement_of
@@ -39,13 +40,6 @@ def _usage(request: HttpRequest) -> tuple[UsageFilter, list[Lease]]:
     if usage_filter.is_bound and not usage_filter.is_valid():
         leases = own.none()
     return usage_filter, list(with_line_fields(leases))
-
-
-def _csv_response(filename: str, header: list[str], rows: list[list[str]]) -> HttpResponse:
-    resp = HttpResponse(content_type="text/csv; charset=utf-8")
-    resp["Content-Disposition"] = f'attachment; filename="{filename}"'
-    csv_write(resp, header, rows)
-    return resp
 
 
 def _bad_filters(form) -> HttpResponse:
@@ -88,7 +82,7 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     if usage_filter.is_bound and not usage_filter.is_valid():
         return _bad_filters(usage_filter.form)
     rows = usage_rows(statement_of(leases, timezone.now(), usage_filter.period()), user_tz(request.user))
-    return _csv_response("e31-usage.csv", CSV_COLUMNS, rows)
+    return csv_response("e31-usage.csv", CSV_COLUMNS, rows)
 
 
 class TimeZoneForm(forms.Form):
@@ -155,7 +149,7 @@ def report_csv(request: HttpRequest) -> HttpResponse:
         return _bad_filters(form)
     tz = user_tz(request.user)
     data = operator_report(*form.span(tz), tz=tz, now=timezone.now())
-    return _csv_response("e31-report.csv", REPORT_CSV_COLUMNS, report_rows(data))
+    return csv_response("e31-report.csv", REPORT_CSV_COLUMNS, report_rows(data))
 
 
 @login_required
@@ -167,4 +161,4 @@ def receipt(request: HttpRequest, job_id: int) -> HttpResponse:
     job = jobs_of(request.user).filter(pk=job_id).select_related("owner").first()
     if job is None:
         raise Http404("No such job.")
-    return render(request, "metering/receipt.html", {"section": "jobs", "job": job})
+    return render(request, "metering/receipt.html", {"section": "jobs", "job": job, "receipt": job_receipt(job)})

@@ -34,7 +34,7 @@ def release_email_send(*, job_id: int) -> bool:
     transaction). Raises what the mail backend raises (the claim is then
     rolled back, so a retry may send).
     """
-    from apps.jobs.choices import JobState
+    from apps.core.choices import JobState
     from apps.jobs.models import Job
 
     job = Job.objects.select_related("owner").filter(pk=job_id, state=JobState.RELEASED).first()

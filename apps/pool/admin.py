@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
-from .models import Gpu, Node
+from apps.core.admin import LedgerAdmin
+
+from .models import Gpu, Node, NodeDowntime
 from .services import node_set_drain
 
 
@@ -53,3 +55,12 @@ class NodeAdmin(admin.ModelAdmin):
 class GpuAdmin(admin.ModelAdmin):
     list_display = ["node", "index", "model", "memory_mb", "uuid", "present"]
     list_filter = ["model", "present"]
+
+
+@admin.register(NodeDowntime)
+class NodeDowntimeAdmin(LedgerAdmin, admin.ModelAdmin):
+    """Spans a node was down (recorded by the pool's loss check), for the operator report."""
+
+    list_display = ["node", "down_at", "up_at", "gpus"]
+    list_filter = ["node"]
+    readonly_fields = ["node", "down_at", "up_at", "gpus"]

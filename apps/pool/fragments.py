@@ -14,8 +14,9 @@ from django.template.loader import render_to_string
 from apps.jobs.fragments import stamp_ms
 from apps.jobs.selectors import jobs_queued
 from apps.metering.display import rate_text
+from apps.metering.selectors import pool_summary
 
-from .selectors import nodes_overview, pool_summary
+from .selectors import nodes_overview
 
 STAFF_QUEUE_ROWS = 100  # the staff queue table shows the first 100 jobs in queue order
 

@@ -5,8 +5,9 @@ import hashlib
 from typing import Any
 
 from django.db import models
+from django.db.models import Q
 
-from .choices import NodeState
+from apps.core.choices import NodeState
 
 
 def token_digest(token: str) -> str:
@@ -92,3 +93,30 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.index} {self.model}"
+
+
+class NodeDowntime(models.Model):
+    """One span a node was ``down`` (SPEC §3): from its last heartbeat to its next registration.
+
+    ``gpus`` is the node's present GPUs by model when it went down
+    (``{"H100-80GB": 4}``), so reports count down GPU-hours per model.
+    ``up_at`` is null while the node is still down.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="downtimes")
+    down_at = models.DateTimeField()
+    up_at = models.DateTimeField(null=True, blank=True)
+    gpus = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-down_at"]
+        constraints = [
+            # At most one open span per node: a duplicate "lost" pass records nothing twice.
+            models.UniqueConstraint(fields=["node"], condition=Q(up_at__isnull=True),
+                                    name="one_open_downtime_per_node"),
+            models.CheckConstraint(condition=Q(up_at__isnull=True) | Q(up_at__gte=models.F("down_at")),
+                                   name="downtime_up_after_down"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} down from {self.down_at:%Y-%m-%d %H:%M}"

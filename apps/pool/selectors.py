@@ -1,7 +1,6 @@
-"""Reads of the pool: what an agent should do, pool summaries."""
+"""Reads of the pool: what an agent should do, the nodes overview (priced summaries: apps.metering.selectors)."""
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
@@ -10,13 +9,11 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
-from apps.jobs.choices import JobState
+from apps.core.choices import JobState
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
-from apps.metering.models import Lease, LeaseGpu
-from apps.metering.rates import current_rates
+from apps.metering.models import Lease
 
-from .choices import NodeState
-from .models import Gpu, Node
+from .models import Node
 
 
 def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -111,30 +108,6 @@ def running_on(node: Node) -> list[dict[str, int]]:
     """The (job, attempt) pairs the server believes hold GPUs on ``node``."""
     return [{"job_id": j, "attempt": a} for j, a in
             Lease.objects.filter(node=node, released_at__isnull=True).values_list("job_id", "attempt")]
-
-
-def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Per GPU model: total GPUs on nodes not down, free ones (on up nodes), rate per GPU-hour.
-
-    Shape: ``[{"gpu_model", "total", "free", "rate_per_gpu_hour", "nodes"}]`` sorted by model.
-    """
-    now = now or timezone.now()
-    held = set(LeaseGpu.objects.filter(open=True).values_list("gpu_id", flat=True))
-    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "free": 0, "nodes": set()})
-    for gpu in Gpu.objects.filter(present=True).exclude(node__state=NodeState.DOWN).select_related("node"):
-        row = rows[gpu.model]
-        row["total"] += 1
-        row["nodes"].add(gpu.node.name)
-        if gpu.pk not in held and gpu.node.state == NodeState.UP:
-            row["free"] += 1
-    rates = current_rates(now)
-    from apps.metering.rates import FALLBACK_RATE
-
-    return [
-        {"gpu_model": model, "total": r["total"], "free": r["free"], "nodes": len(r["nodes"]),
-         "rate_per_gpu_hour": rates.get(model, FALLBACK_RATE)}
-        for model, r in sorted(rows.items())
-    ]
 
 
 def nodes_overview() -> list[Node]:

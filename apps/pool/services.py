@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils import timezone
 
-from apps.jobs.live import pool_changed
-from apps.metering.services import fences_lift, node_down_record, node_up_record
+from apps.core.choices import NodeState
 
-from .choices import NodeState
-from .models import Gpu, Node, token_digest
+from . import signals
+from .models import Gpu, Node, NodeDowntime, token_digest
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,10 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
         )
         seen.add(gpu["index"])
     node.gpus.exclude(index__in=seen).update(present=False)
-    pool_changed()  # after commit: the pool page shows the node up with its GPUs
+    signals.pool_changed.send(sender=Node)  # the pool page shows the node up with its GPUs
     if was_down:
-        node_up_record(node=node, at=now)  # the meter's record of down time (operator report)
-        from .tasks import enqueue_schedule_cycle
-
-        transaction.on_commit(enqueue_schedule_cycle)
+        node_up_record(node=node, at=now)  # the record of down time (operator report)
+        signals.capacity_added.send(sender=Node)
     return node
 
 
@@ -94,22 +92,19 @@ def node_set_drain(*, node: Node, drain: bool) -> Node:
     if node.state != NodeState.DOWN:
         node.state = NodeState.DRAINING if drain else NodeState.UP
     node.save(update_fields=["drain", "state"])
-    pool_changed()
+    signals.pool_changed.send(sender=Node)
     if not drain:
-        from .tasks import enqueue_schedule_cycle
-
-        transaction.on_commit(enqueue_schedule_cycle)
+        signals.capacity_added.send(sender=Node)
     return node
 
 
 def nodes_mark_lost() -> list[int]:
     """Mark down every node silent for the loss timeout and requeue its jobs.
 
-    Returns the ids of the nodes marked down. See
-    :func:`apps.jobs.services.jobs_handle_node_loss` for what happens to the jobs.
+    Returns the ids of the nodes marked down. Each loss is told to the layers above by
+    :data:`apps.pool.signals.node_lost` in the node's transaction (the jobs app requeues or ends
+    the jobs and lifts the node's fences, :mod:`apps.jobs.receivers`).
     """
-    from apps.jobs.services import jobs_handle_node_loss
-
     cutoff = timezone.now() - timedelta(seconds=settings.E31_NODE_LOSS_TIMEOUT_S)
     lost = []
     for node_id in Node.objects.exclude(state=NodeState.DOWN).filter(
@@ -121,9 +116,31 @@ def nodes_mark_lost() -> list[int]:
                 continue
             node = Node.objects.get(pk=node_id)
             log.warning("node %s lost: no heartbeat since %s", node.name, node.last_heartbeat_at)
-            node_down_record(node=node, at=node.last_heartbeat_at)  # the meter's record of down time
-            jobs_handle_node_loss(node=node, at=node.last_heartbeat_at)
-            fences_lift(node=node)  # a node declared down stops its runs itself (SPEC §6)
-            pool_changed()
+            node_down_record(node=node, at=node.last_heartbeat_at)  # the record of down time
+            signals.node_lost.send(sender=Node, node=node, at=node.last_heartbeat_at)
+            signals.pool_changed.send(sender=Node)
             lost.append(node_id)
     return lost
+
+
+def node_down_record(*, node: Node, at: datetime) -> None:
+    """Record that ``node`` went down at ``at`` (its last heartbeat), with its GPUs by model.
+
+    Idempotent: a node already recorded down keeps its first span (the
+    partial unique constraint ``one_open_downtime_per_node`` backs this).
+    """
+    if NodeDowntime.objects.filter(node=node, up_at__isnull=True).exists():
+        return
+    gpus = dict(node.gpus.filter(present=True).values_list("model").annotate(n=Count("id")))
+    try:
+        with transaction.atomic():
+            NodeDowntime.objects.create(node=node, down_at=at, gpus=gpus)
+    except IntegrityError:  # another pass recorded it meanwhile
+        pass
+
+
+def node_up_record(*, node: Node, at: datetime) -> None:
+    """Close ``node``'s open down span at ``at`` (it registered again); nothing if none is open."""
+    for span in NodeDowntime.objects.filter(node=node, up_at__isnull=True):
+        span.up_at = max(at, span.down_at)
+        span.save(update_fields=["up_at"])

@@ -18,8 +18,8 @@ from django.db import connections
 from apps.jobs.models import Job
 from apps.jobs.services import log_read
 from apps.pool.models import Node
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.services import node_set_drain
+from apps.scheduling.adapter import schedule_cycle
 from devstack import web_command
 from tests.factories import PASSWORD, UserFactory
 

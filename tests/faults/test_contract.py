@@ -13,8 +13,9 @@ import pytest
 from django.utils import timezone
 
 from apps.artifacts.models import Bundle
+from apps.core.models import AccountProfile
 from apps.jobs.models import Job
-from apps.metering.models import AccountProfile, Lease
+from apps.metering.models import Lease
 from tests.e2e.test_faults import state_of
 from tests.e2e.test_five_steps import browser_client, token_client
 from tests.factories import UserFactory

@@ -6,11 +6,11 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from apps.core.models import AccountProfile
 from apps.jobs.arrays import array_cancel, array_submit
 from apps.jobs.models import Job, JobArray, JobEvent
-from apps.metering.models import AccountProfile
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.selectors import agent_work_for
+from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent
 from ..factories import node_with_gpus, spec
@@ -110,7 +110,7 @@ def test_the_work_answer_carries_each_tasks_index_and_size(owner, pool):
 
 def test_the_agent_puts_index_and_size_in_the_jobs_environment(owner, pool, tmp_path):
     """The server's own work answer, run by a real agent (against the agent tests' fake server)."""
-    from apps.pool.scheduling import schedule_cycle
+    from apps.scheduling.adapter import schedule_cycle
 
     from ..agent.fake_server import TOKEN, FakeServer
 

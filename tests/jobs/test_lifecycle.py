@@ -2,7 +2,7 @@
 
 import pytest
 
-from apps.jobs.choices import JobState
+from apps.core.choices import JobState
 from apps.jobs.models import Job
 from apps.jobs.services import (
     agent_report,

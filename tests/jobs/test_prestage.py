@@ -11,9 +11,9 @@ from apps.jobs.prestage import prestage_mark_offered
 from apps.jobs.services import agent_report, job_cancel, job_submit
 from apps.metering.models import Lease
 from apps.pool.models import Node
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.selectors import agent_work_for
 from apps.pool.services import node_token_issue
+from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent
 from ..factories import spec

@@ -1,7 +1,8 @@
 """The spec validator (SPEC §2): field-level errors for every rule."""
 import pytest
 
-from apps.jobs.spec import SpecError, format_duration, parse_duration, parse_spec
+from apps.core.units import format_duration, parse_duration
+from apps.jobs.spec import SpecError, parse_spec
 
 from ..factories import spec
 

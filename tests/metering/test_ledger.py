@@ -9,7 +9,7 @@ from apps.jobs.services import agent_report, job_submit
 from apps.metering.models import GpuRate, Lease, LeaseGpu
 from apps.metering.receipts import job_receipt
 from apps.metering.services import leases_end_lost, leases_release, leases_stop
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..clock import T0 as T
 from ..drive import Agent, placed, pool_drain

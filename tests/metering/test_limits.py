@@ -5,11 +5,13 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from apps.core.models import AccountProfile
+from apps.core.types import ComputeRequest
 from apps.jobs.models import Job
 from apps.jobs.services import job_submit
+from apps.jobs.spec import compute_request
 from apps.metering.limits import spend_check, worst_case_of
-from apps.metering.models import AccountProfile
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent
 from ..factories import node_with_gpus, spec
@@ -30,9 +32,13 @@ def _limit(owner, amount: str, tz: str = "UTC") -> AccountProfile:
 
 
 def test_the_worst_case_is_time_limit_times_gpus_times_the_highest_accepted_rate(h100):
-    assert worst_case_of({"gpus": 2, "time_limit": "1h"}) == Decimal("4.980000")
-    assert worst_case_of({"gpus": 1, "nodes": 2, "time_limit": "30m", "gpu_model": ["A100-40GB"]}) \
+    assert worst_case_of(ComputeRequest(gpus=2, time_limit_s=3600)) == Decimal("4.980000")
+    assert worst_case_of(ComputeRequest(gpus=1, nodes=2, time_limit_s=1800, gpu_models=("A100-40GB",))) \
         == Decimal("1.290000")
+    # The request comes typed from the spec (GB to MiB, the duration to seconds) at submit.
+    assert compute_request({"gpus": 1, "nodes": 2, "time_limit": "30m", "gpu_model": ["A100-40GB"],
+                            "memory_gb": 1}) == ComputeRequest(gpus=1, nodes=2, time_limit_s=1800,
+                                                              gpu_models=("A100-40GB",), memory_mib=954)
 
 
 def test_a_job_over_the_spend_limit_is_refused_with_the_shortfall(owner, api, h100):

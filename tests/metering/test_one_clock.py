@@ -13,7 +13,7 @@ from apps.jobs.services import agent_report, job_submit
 from apps.metering import billing
 from apps.metering.models import Lease
 from apps.metering.services import leases_seen
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import spec
 
@@ -29,7 +29,7 @@ def at(seconds: float):
 def placed(owner, pool, settings, monkeypatch):
     """A job rented at T0 (a frozen cycle), heartbeats every 10 s."""
     settings.E31_HEARTBEAT_S = 10
-    monkeypatch.setattr("apps.pool.tasks._send_cycle", lambda: None)
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)
     job = job_submit(owner=owner, document=spec(compute={"gpus": 1, "time_limit": "1h"}, output={"paths": []}))
     schedule_cycle(now=T0)
     lease = Lease.objects.get(job=job)

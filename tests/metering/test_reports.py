@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from apps.metering.models import NodeDowntime
+from apps.core.choices import NodeState
 from apps.metering.reports import operator_report
 from apps.metering.services import leases_end_lost
-from apps.pool.choices import NodeState
+from apps.pool.models import NodeDowntime
 from apps.pool.services import node_register, nodes_mark_lost
 
 from ..drive import Agent, placed, queued_job

@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from apps.metering.usage import usage_now, usage_record
+from apps.scheduling.usage import usage_now, usage_record
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 WEEK = 7 * 86400

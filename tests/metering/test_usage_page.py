@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from apps.metering.models import AccountProfile
+from apps.core.models import AccountProfile
 from apps.metering.selectors import CSV_COLUMNS
 
 from ..drive import Agent, finished_job, placed, queued_job, rented_job

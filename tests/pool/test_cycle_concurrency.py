@@ -6,9 +6,10 @@ from django.db import IntegrityError, connection, transaction
 
 from apps.jobs.models import Job
 from apps.jobs.services import job_submit
-from apps.metering.models import Lease, LeaseGpu, SchedulerCycle
+from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Gpu
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
+from apps.scheduling.models import SchedulerCycle
 
 from ..factories import spec
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_database_refuses_a_gpu_in_two_open_leases(owner, pool, monkeypatch):
-    monkeypatch.setattr("apps.pool.tasks._send_cycle", lambda: None)  # only our cycle runs
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)  # only our cycle runs
     job = job_submit(owner=owner, document=spec())
     schedule_cycle()
     lease = Lease.objects.get(job=job)
@@ -28,7 +29,7 @@ def test_the_database_refuses_a_gpu_in_two_open_leases(owner, pool, monkeypatch)
 def test_concurrent_cycles_grant_each_gpu_once(owner, pool, settings, monkeypatch):
     if connection.vendor != "postgresql":
         pytest.skip("the advisory lock is PostgreSQL's")
-    monkeypatch.setattr("apps.pool.tasks._send_cycle", lambda: None)  # only our cycles run
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)  # only our cycles run
     for i in range(12):
         job_submit(owner=owner, document=spec(name=f"j{i}", compute={"gpus": 1, "time_limit": "1h"}))
     barrier = threading.Barrier(4)
@@ -59,8 +60,8 @@ def test_concurrent_cycles_grant_each_gpu_once(owner, pool, settings, monkeypatc
 def test_policy_settings_override_the_core_defaults_field_by_field(settings):
     from django.core.exceptions import ImproperlyConfigured
 
-    from apps.pool.scheduler import PolicyConfig
-    from apps.pool.scheduling import policy_config
+    from apps.scheduling.adapter import policy_config
+    from apps.scheduling.core import PolicyConfig
 
     settings.E31_POLICY_OVERRIDES = {}
     assert policy_config().reservation_depth == PolicyConfig().reservation_depth

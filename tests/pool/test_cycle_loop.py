@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from apps.jobs.models import Job
-from apps.pool import cycle_loop
-from apps.pool.scheduling import ESTIMATE_SLACK_S, schedule_cycle
+from apps.scheduling import cycle_loop
+from apps.scheduling.adapter import ESTIMATE_SLACK_S, schedule_cycle
 
 from ..factories import spec
 

@@ -8,8 +8,8 @@ from rest_framework.test import APIClient
 from apps.jobs.services import job_submit, jobs_enforce_time_limits
 from apps.metering.checks import meter_violations
 from apps.metering.models import Lease, LeaseGpu
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.services import node_token_issue, nodes_mark_lost
+from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import spec
 

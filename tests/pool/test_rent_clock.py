@@ -15,8 +15,8 @@ from django.utils import timezone
 from apps.jobs.models import JobEvent
 from apps.jobs.services import job_submit
 from apps.metering.models import Lease
-from apps.pool.scheduling import schedule_cycle
 from apps.pool.selectors import agent_work_for
+from apps.scheduling.adapter import schedule_cycle
 
 from ..e2e.conftest import database_url
 from ..factories import spec
@@ -37,7 +37,7 @@ def hold_lease_table(ready: threading.Event, released: list) -> None:
 def test_a_cycle_blocked_on_the_lease_table_bills_none_of_the_wait(owner, pool, monkeypatch):
     if connection.vendor != "postgresql":
         pytest.skip("the table lock is PostgreSQL's")
-    monkeypatch.setattr("apps.pool.tasks._send_cycle", lambda: None)  # only our cycle runs
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)  # only our cycle runs
     job = job_submit(owner=owner, document=spec(compute={"gpus": 1, "time_limit": "1m"}))
     ready, released = threading.Event(), []
     locker = threading.Thread(target=hold_lease_table, args=(ready, released))
@@ -66,7 +66,7 @@ def test_a_cycle_blocked_on_the_lease_table_bills_none_of_the_wait(owner, pool, 
 
 def test_a_cycle_given_a_clock_stamps_that_clock(owner, pool, monkeypatch):
     """Tests and the simulator drive cycles with a frozen clock: the rent is that clock's."""
-    monkeypatch.setattr("apps.pool.tasks._send_cycle", lambda: None)
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)
     job = job_submit(owner=owner, document=spec())
     at = timezone.now() - timedelta(seconds=5)
     schedule_cycle(now=at)

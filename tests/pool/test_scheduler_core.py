@@ -1,5 +1,5 @@
 """The pure scheduling core: gang placement, best fit, FIFO order, estimates."""
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, schedule
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, schedule
 
 NOW = 1_000_000.0
 
@@ -7,8 +7,8 @@ NOW = 1_000_000.0
 def node(node_id, n, model="H100-80GB", mem=81559, busy_until=(), state="up", cpus=64):
     gpus = [GpuSlot(node_id * 100 + i, model, mem, busy_until[i] if i < len(busy_until) else 0.0)
             for i in range(n)]
-    return NodeView(node_id, f"n{node_id}", state, gpus, cpus_free=cpus, memory_free_bytes=10**12,
-                    cpus_total=cpus, memory_total_bytes=10**12)
+    return NodeView(node_id, f"n{node_id}", state, gpus, cpus_free=cpus, memory_free_mib=10**12,
+                    cpus_total=cpus, memory_total_mib=10**12)
 
 
 def job(job_id, gpus, nodes=1, limit=3600, submitted=0.0, **kw):
@@ -34,7 +34,7 @@ def test_it_honours_model_memory_and_node_state():
     nodes = [node(1, 4, model="A100-40GB", mem=40960), node(2, 4, state="draining"), node(3, 4, state="down")]
     d = schedule([job(1, 1, gpu_models=("H100",))], nodes, NOW)
     assert d.placements == []
-    d = schedule([job(1, 1, gpu_memory_mb=80000)], nodes, NOW)
+    d = schedule([job(1, 1, gpu_memory_mib=80000)], nodes, NOW)
     assert d.placements == []
     d = schedule([job(1, 1, gpu_models=("a100",))], nodes, NOW)
     assert d.placements[0].nodes[0][0] == 1

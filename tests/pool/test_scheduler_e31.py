@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
-from apps.pool.scheduler.replay import ReplayJob, replay
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
+from apps.scheduling.core.replay import ReplayJob, replay
 
 NOW = 1_000_000.0
 
@@ -13,8 +13,8 @@ NOW = 1_000_000.0
 def node(node_id, n=8, busy_until=(), expected=()):
     gpus = [GpuSlot(node_id * 100 + i, "H100-80GB", 81559, busy_until[i] if i < len(busy_until) else 0.0,
                     expected[i] if i < len(expected) else None) for i in range(n)]
-    return NodeView(node_id, f"n{node_id}", "up", gpus, cpus_free=64, memory_free_bytes=10**12,
-                    cpus_total=64, memory_total_bytes=10**12)
+    return NodeView(node_id, f"n{node_id}", "up", gpus, cpus_free=64, memory_free_mib=10**12,
+                    cpus_total=64, memory_total_mib=10**12)
 
 
 def job(job_id, gpus, nodes=1, limit=3600, submitted=None, account="a", **kw):

@@ -2,8 +2,8 @@
 import heapq
 import random
 
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, schedule
-from apps.pool.scheduler.replay import ReplayJob, replay
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, schedule
+from apps.scheduling.core.replay import ReplayJob, replay
 
 NOW = 1_000_000.0
 
@@ -11,8 +11,8 @@ NOW = 1_000_000.0
 def node(node_id, n=4, busy_until=(), expected=()):
     gpus = [GpuSlot(node_id * 100 + i, "H100-80GB", 81559, busy_until[i] if i < len(busy_until) else 0.0,
                     expected[i] if i < len(expected) else None) for i in range(n)]
-    return NodeView(node_id, f"n{node_id}", "up", gpus, cpus_free=64, memory_free_bytes=10**12,
-                    cpus_total=64, memory_total_bytes=10**12)
+    return NodeView(node_id, f"n{node_id}", "up", gpus, cpus_free=64, memory_free_mib=10**12,
+                    cpus_total=64, memory_total_mib=10**12)
 
 
 def job(job_id, gpus, nodes=1, limit=3600, age=0.0, **kw):
@@ -68,7 +68,7 @@ def test_backfill_never_delays_the_head_on_random_pools():
         # Occupy what was placed by its time limit, then the head alone must still start at its reservation.
         held = {g: NOW + next(j for j in queue if j.job_id == p.job_id).time_limit_s
                 for p in d.placements for _, ids in p.nodes for g in ids}
-        after = [NodeView(n.node_id, n.name, n.state, [GpuSlot(g.gpu_id, g.model, g.memory_mb,
+        after = [NodeView(n.node_id, n.name, n.state, [GpuSlot(g.gpu_id, g.model, g.memory_mib,
                                                                max(g.free_at, held.get(g.gpu_id, 0.0)))
                                                        for g in n.gpus], 64, 10**12, 64, 10**12) for n in nodes]
         alone = schedule([head], after, NOW, "easy")

@@ -1,7 +1,7 @@
 """The pure core: gang placement all or nothing, constraint matching, packing."""
 import pytest
 
-from apps.pool.scheduler import GpuSlot, JobRequest, NodeView, schedule
+from apps.scheduling.core import GpuSlot, JobRequest, NodeView, schedule
 
 NOW = 1_000_000.0
 
@@ -10,8 +10,8 @@ def node(node_id, n=8, model="H100-80GB", mem=81559, busy_until=(), state="up", 
          memory=10**12, runtimes=("docker",)):
     gpus = [GpuSlot(node_id * 100 + i, model, mem, busy_until[i] if i < len(busy_until) else 0.0)
             for i in range(n)]
-    return NodeView(node_id, f"n{node_id}", state, gpus, cpus_free=cpus, memory_free_bytes=memory,
-                    cpus_total=cpus, memory_total_bytes=memory, runtimes=runtimes)
+    return NodeView(node_id, f"n{node_id}", state, gpus, cpus_free=cpus, memory_free_mib=memory,
+                    cpus_total=cpus, memory_total_mib=memory, runtimes=runtimes)
 
 
 def job(job_id, gpus, nodes=1, limit=3600, **kw):
@@ -62,12 +62,12 @@ def test_it_honours_gpu_memory_cpus_memory_and_runtime():
     nodes = [node(1, 4, model="A100-40GB", mem=40960, cpus=128, memory=2 * 10**12),
              node(2, 4, cpus=16, memory=10**11, runtimes=())]
     cases = [
-        (dict(gpu_memory_mb=80000), 2),
-        (dict(gpu_memory_mb=40000), 1),   # best fit ties go to the first node: both fit
+        (dict(gpu_memory_mib=80000), 2),
+        (dict(gpu_memory_mib=40000), 1),   # best fit ties go to the first node: both fit
         (dict(cpus=32), 1),
-        (dict(memory_bytes=5 * 10**11), 1),
+        (dict(memory_mib=5 * 10**11), 1),
         (dict(needs_runtime=True), 1),
-        (dict(gpu_memory_mb=80000, needs_runtime=True), None),
+        (dict(gpu_memory_mib=80000, needs_runtime=True), None),
     ]
     for kw, where in cases:
         d = schedule([job(1, 2, **kw)], nodes, NOW, "e31")

@@ -1,7 +1,7 @@
 """Pure helpers of the e31 policy: decay, fair share (Slurm classic), runtime prediction (Tsafrir et al. 2007)."""
 import pytest
 
-from apps.pool.scheduler import UsageLedger, decay, fairshare_factor, planned_end, policy_config, predict_runtime
+from apps.scheduling.core import UsageLedger, decay, fairshare_factor, planned_end, policy_config, predict_runtime
 
 DAY = 86400.0
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from apps.pool.simulator import (
+from apps.scheduling.simulator import (
     UsageBook,
     bounded_slowdown,
     expected_end,

@@ -5,7 +5,7 @@ import pytest
 from django.utils.html import escape
 
 from apps.jobs.models import Job
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from .factories import Agent, finished_job, queued_job, rented_job
 

@@ -8,7 +8,7 @@ from apps.jobs.fragments import job_steps
 from apps.jobs.models import Job
 from apps.jobs.services import job_cancel, jobs_handle_node_loss
 from apps.jobs.sources import source_words
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 
 from .factories import Agent, finished_job, queued_job, rented_job
 

@@ -14,11 +14,11 @@ from channels.testing import WebsocketCommunicator
 from django.core import mail
 from django.test import Client
 
+from apps.core.choices import NodeState
 from apps.jobs.services import job_cancel
 from apps.notices.services import preference_set
-from apps.pool.choices import NodeState
 from apps.pool.models import Node
-from apps.pool.scheduling import schedule_cycle
+from apps.scheduling.adapter import schedule_cycle
 from e31site.asgi import application
 from tests.drive import pool_drain
 

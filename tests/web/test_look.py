@@ -8,9 +8,8 @@ from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.template.loader import render_to_string
 
-from apps.jobs.choices import JobState, Outcome
+from apps.core.choices import JobState, NodeState, Outcome
 from apps.jobs.models import Job
-from apps.pool.choices import NodeState
 from apps.pool.services import node_set_drain, nodes_mark_lost
 
 from .factories import finished_job, queued_job

@@ -1,7 +1,6 @@
 """The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
 from __future__ import annotations
 
-import io
 from datetime import UTC, datetime
 
 from django.http import Http404, HttpResponse
@@ -17,15 +16,14 @@ from rest_framework.views import APIView
 
 from apps.artifacts.http import serve_file
 from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
+from apps.core.choices import JobState
+from apps.jobs.quotes import job_quote
 from apps.metering.accounts import user_tz
-from apps.metering.csvsafe import csv_write
-from apps.metering.quotes import job_quote
-from apps.metering.selectors import CSV_COLUMNS, usage_leases, usage_records, usage_rows
+from apps.metering.csvsafe import csv_response
+from apps.metering.selectors import CSV_COLUMNS, pool_summary, usage_leases, usage_records, usage_rows
 from apps.metering.statements import statement_of
-from apps.pool.selectors import pool_summary
 
 from ..arrays import ArrayCounts, ArraySubmitted, array_cancel, array_counts, arrays_of, spec_submit
-from ..choices import JobState
 from ..rerun import job_rerun
 from ..selectors import jobs_of
 from ..services import CancelEffect, job_cancel_effect, log_read
@@ -220,11 +218,7 @@ class UsageView(APIView):
         leases = list(usage_leases(user=request.user, start=start, end=end))
         statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":
-            buf = io.StringIO()
-            csv_write(buf, CSV_COLUMNS, usage_rows(statement, tz))
-            resp = HttpResponse(buf.getvalue(), content_type="text/csv; charset=utf-8")
-            resp["Content-Disposition"] = 'attachment; filename="e31-usage.csv"'
-            return resp
+            return csv_response("e31-usage.csv", CSV_COLUMNS, usage_rows(statement, tz))
         return Response({
             "leases": usage_records(statement, tz),
             "totals": {"leases": statement.leases, "billed_seconds": statement.billed_seconds,

@@ -1,14 +1,7 @@
-"""Template tags of the meter: ``{% receipt_for job as receipt %}`` for the job page's receipt."""
+"""Template tags of the meter. None price anything: a page's view passes the receipt
+(:func:`apps.metering.receipts.job_receipt`, a selector) in its context (issue 13: no pricing in templates)."""
 from __future__ import annotations
 
 from django import template
 
-from ..receipts import Receipt, job_receipt
-
 register = template.Library()
-
-
-@register.simple_tag
-def receipt_for(job) -> Receipt:
-    """The job's receipt (:func:`apps.metering.receipts.job_receipt`), priced now."""
-    return job_receipt(job)

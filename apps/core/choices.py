@@ -1,0 +1,71 @@
+"""Job and node states, outcomes and end reasons (SPEC §3, §5), with the moves the job state machine allows.
+
+Shared by every layer: one vocabulary for the server, its pages and its API."""
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RENTED = "rented", "Rented"
+    RUNNING = "running", "Running"
+    OUTPUT = "output", "Output"
+    RELEASED = "released", "Released"
+
+
+class Outcome(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+    NODE_LOST = "node_lost", "Node lost"
+
+
+class EndReason(models.TextChoices):
+    """Why the run ended, as the agent (or the server, for node loss) saw it."""
+
+    EXIT = "exit", "Command exited"
+    TIME_LIMIT = "time_limit", "Time limit reached"
+    CANCELLED = "cancelled", "Cancelled"
+    STAGING_FAILED = "staging_failed", "Staging failed"
+    START_FAILED = "start_failed", "Could not start"
+    NODE_LOST = "node_lost", "Node lost"
+
+
+class JobKind(models.TextChoices):
+    TRAINING = "training", "Training"
+    INFERENCE = "inference", "Inference"
+    PROCESSING = "processing", "Processing"
+    SIMULATION = "simulation", "Simulation"
+    OTHER = "other", "Other"
+
+
+# Holding GPUs on a node: the states with an open lease.
+HOLDING = frozenset({JobState.RENTED, JobState.RUNNING, JobState.OUTPUT})
+ACTIVE = frozenset({JobState.QUEUED}) | HOLDING
+TERMINAL = frozenset({JobState.RELEASED})
+
+# Every move the state machine allows. ``-> queued`` is the retry after node
+# loss; ``rented -> output`` is a run that never started (staging failed,
+# cancelled while staging); ``* -> released`` without output is a cancel in
+# the queue or the last attempt lost with its node.
+ALLOWED_MOVES: dict[str, frozenset[str]] = {
+    JobState.QUEUED: frozenset({JobState.RENTED, JobState.RELEASED}),
+    JobState.RENTED: frozenset({JobState.RUNNING, JobState.OUTPUT, JobState.QUEUED, JobState.RELEASED}),
+    JobState.RUNNING: frozenset({JobState.OUTPUT, JobState.QUEUED, JobState.RELEASED}),
+    JobState.OUTPUT: frozenset({JobState.RELEASED, JobState.QUEUED}),
+    JobState.RELEASED: frozenset(),
+}
+
+# The job field each state stamps with the server's clock when entered.
+STAMP_FIELD: dict[str, str] = {
+    JobState.RENTED: "rented_at",
+    JobState.RUNNING: "run_started_at",
+    JobState.OUTPUT: "run_ended_at",
+    JobState.RELEASED: "released_at",
+}
+
+
+class NodeState(models.TextChoices):
+    UP = "up", "Up"
+    DRAINING = "draining", "Draining"
+    DOWN = "down", "Down"

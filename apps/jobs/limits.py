@@ -1,0 +1,40 @@
+"""The monthly spend limit at submit (SPEC §4, issue 6): the jobs side of :mod:`apps.metering.limits`."""
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.utils import timezone
+
+from apps.core.models import AccountProfile
+from apps.core.types import ComputeRequest
+from apps.metering.limits import SpendCheck, spend_check, worst_case_of
+from apps.metering.selectors import rate_table
+
+from .spec import SpecError
+
+
+def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None = None,
+                        tasks: int = 1) -> SpendCheck:
+    """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit.
+
+    Called by :func:`apps.jobs.services.job_submit` before the job is stored, and once by
+    :func:`apps.jobs.arrays.array_submit` for a whole array: ``tasks`` times one task's worst case.
+    The pool and rates are read once, before the account's row lock; under the lock only the
+    month's leases and one aggregate over the queued jobs are read.
+
+    Raises:
+        apps.jobs.spec.SpecError: ``{"compute": [message with the shortfall]}``.
+    """
+    now = now or timezone.now()
+    table = rate_table(now)
+    # Inside the submit's transaction the profile row is locked, so two submits of one
+    # account at once are checked one after the other: the second sees the first as committed.
+    if not AccountProfile.objects.select_for_update().filter(owner_id=owner.pk,
+                                                             monthly_spend_limit__isnull=False).exists():
+        return SpendCheck(Decimal(0), None, Decimal(0), Decimal(0), now)
+    check = spend_check(owner=owner, worst_case=worst_case_of(request, now, table=table) * tasks, now=now,
+                        table=table)
+    if not check.fits:
+        raise SpecError({"compute": [check.message()]})
+    return check

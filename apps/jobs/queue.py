@@ -1,0 +1,107 @@
+"""The jobs app's side of the scheduling port (:class:`apps.scheduling.ports.JobQueue`).
+
+Registered in :meth:`apps.jobs.apps.JobsConfig.ready`. Reads are plain ``values_list`` rows of
+the jobs' typed requirement columns (never the spec); writes open leases and move jobs through
+the state machine, inside the scheduling cycle's transaction.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import FloatField
+from django.db.models.expressions import RawSQL
+
+from apps.core.choices import JobState
+from apps.metering.models import Lease, LeaseGpu
+from apps.metering.services import lease_open
+from apps.pool.models import Gpu, Node
+from apps.scheduling.ports import Hold, PositionChange, QueuedJob
+
+from .live import queue_changed
+from .models import Job, JobEvent
+from .prestage import prestage_plan
+from .state import transition
+
+QUEUE_COLUMNS = ("id", "owner_id", "submitted_at", "gpus_per_node", "nodes", "time_limit_s", "priority_boost",
+                 "gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime",
+                 "queue_position", "estimated_start_at", "pending_reason")
+HOLD_COLUMNS = ("id", "node_id", "rented_at", "time_limit_s", "predicted_runtime_s", "job__cpus", "job__memory_mib")
+
+
+def _epoch(column: str) -> RawSQL:
+    return RawSQL(f"EXTRACT(EPOCH FROM {connection.ops.quote_name(column)})::float8", [],
+                  output_field=FloatField())
+
+
+class DatabaseJobQueue:
+    """:class:`~apps.scheduling.ports.JobQueue` over the jobs and meter tables."""
+
+    def queued(self) -> list[QueuedJob]:
+        """The queue in submit order as :class:`QueuedJob` rows (times as epoch seconds)."""
+        queued = Job.objects.filter(state=JobState.QUEUED).order_by("submitted_at", "id")
+        if connection.vendor == "postgresql":  # epoch floats: no timestamp parsing per row
+            cols = list(QUEUE_COLUMNS)
+            cols[2], cols[13] = "submitted_s", "estimated_s"
+            rows = queued.annotate(submitted_s=_epoch("submitted_at"),
+                                   estimated_s=_epoch("estimated_start_at")).values_list(*cols)
+            return [QueuedJob(*r[:7], tuple(r[7] or ()), *r[8:]) for r in rows]
+        return [QueuedJob(*r[:2], r[2].timestamp(), *r[3:7], tuple(r[7] or ()), *r[8:13],
+                          r[13].timestamp() if r[13] else None, r[14])
+                for r in queued.values_list(*QUEUE_COLUMNS)]
+
+    def holds(self) -> tuple[dict[int, Hold], list[tuple[int, int]]]:
+        """Open leases (those with a GPU still held) by id, and ``(gpu_id, lease_id)`` of held GPUs."""
+        holds = {lease_id: Hold(node_id, rented_at.timestamp(), limit, predicted, cpus or 0, memory or 0)
+                 for lease_id, node_id, rented_at, limit, predicted, cpus, memory in Lease.objects.filter(
+                     lease_gpus__open=True).distinct().values_list(*HOLD_COLUMNS)}
+        return holds, list(LeaseGpu.objects.filter(open=True).values_list("gpu_id", "lease_id"))
+
+    def place(self, placements: Sequence[tuple[int, Sequence[tuple[int, Sequence[int]]]]], *,
+              predicted_runtime_s: Mapping[int, float], now: datetime) -> None:
+        """Open the placed jobs' leases and move them to rented (model instances for these only)."""
+        jobs = Job.objects.in_bulk([job_id for job_id, _ in placements])
+        gpus = Gpu.objects.in_bulk([g for _, nodes in placements for _, ids in nodes for g in ids])
+        node_rows = Node.objects.in_bulk([n for _, nodes in placements for n, _ in nodes])
+        for job_id, nodes in placements:
+            job = jobs[job_id]
+            for rank, (node_id, gpu_ids) in enumerate(nodes):
+                lease_open(job=job, node=node_rows[node_id], gpus=[gpus[g] for g in gpu_ids],
+                           node_rank=rank, now=now, predicted_runtime_s=predicted_runtime_s[job_id])
+            where = ", ".join(f"{node_rows[n].name} ({len(ids)} GPU{'s' if len(ids) > 1 else ''})"
+                              for n, ids in nodes)
+            transition(job, JobState.RENTED, detail=f"rented {where}", now=now)
+
+    def prestage(self, reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
+        """:func:`apps.jobs.prestage.prestage_plan`."""
+        return prestage_plan(reservations, now=now)
+
+    def write_positions(self, changed: Sequence[PositionChange]) -> None:
+        """Store the rows (on PostgreSQL one ``UPDATE ... FROM unnest(...)``; elsewhere ``bulk_update``;
+        only rows still queued are touched), then push one message per owner after commit."""
+        if connection.vendor == "postgresql":
+            table = connection.ops.quote_name(Job._meta.db_table)
+            with connection.cursor() as cur:
+                cur.execute(
+                    f"UPDATE {table} AS j SET queue_position = v.pos, estimated_start_at = v.est, "
+                    "pending_reason = v.reason FROM unnest(%s::bigint[], %s::integer[], %s::timestamptz[], "
+                    "%s::text[]) AS v(id, pos, est, reason) WHERE j.id = v.id AND j.state = %s",
+                    [[c.job_id for c in changed], [c.queue_position for c in changed],
+                     [c.estimated_start_at for c in changed], [c.pending_reason for c in changed], JobState.QUEUED])
+        else:
+            jobs = [Job(pk=c.job_id, queue_position=c.queue_position, estimated_start_at=c.estimated_start_at,
+                        pending_reason=c.pending_reason) for c in changed]
+            Job.objects.bulk_update(jobs, ["queue_position", "estimated_start_at", "pending_reason"], batch_size=500)
+        queue_changed((c.owner_id, c.job_id) for c in changed)
+
+    def restamp_rent(self, job_ids: Sequence[int], stamped: datetime, at: datetime) -> None:
+        """Move the rent of the jobs a cycle placed from ``stamped`` (the cycle's clock read once it
+        held its lock) to ``at`` (read after the cycle's writes, just before commit): the leases'
+        ``rented_at`` (the meter's start and the agents' deadline basis, SPEC §4), the jobs'
+        ``rented_at`` and their "rented" events. Three UPDATEs, whatever the number of jobs."""
+        if at <= stamped:
+            return
+        Lease.objects.filter(job_id__in=job_ids, rented_at=stamped, released_at__isnull=True).update(rented_at=at)
+        Job.objects.filter(pk__in=job_ids, state=JobState.RENTED, rented_at=stamped).update(rented_at=at)
+        JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.RENTED, at=stamped).update(at=at)

@@ -1,0 +1,286 @@
+"""The live side of the scheduler: read the queue and pool, run the core, apply.
+
+:func:`schedule_cycle` is the only code that rents GPUs. Cycles never run two
+at once: on PostgreSQL a transaction-scoped advisory lock, on SQLite the
+IMMEDIATE transaction (one writer at a time). Even if they did, the partial
+unique index ``one_open_lease_per_gpu`` refuses a GPU given twice.
+
+Jobs and their leases are read and written through the port of :mod:`apps.scheduling.ports`
+(the jobs app implements it): this module reads typed columns only, never a job's spec.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Protocol
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.core.choices import NodeState
+from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
+from apps.pool.models import Gpu, Node
+from apps.pool.notify import node_wake
+
+from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, predict_runtime, schedule
+from .core.matching import model_matches, node_could_ever_hold
+from .models import SchedulerCycle
+from .ports import PositionChange, QueuedJob, job_queue
+from .usage import usage_now
+
+log = logging.getLogger(__name__)
+ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
+
+
+class JobColumns(Protocol):
+    """The typed requirement columns of a job (:class:`apps.jobs.models.Job`, saved or not)."""
+
+    pk: int | None
+    owner_id: int
+    gpus_per_node: int
+    nodes: int
+    time_limit_s: int
+    priority_boost: int
+    gpu_models: list[str]
+    gpu_memory_mib: int
+    cpus: int
+    memory_mib: int
+    needs_runtime: bool
+
+
+def job_request(job: JobColumns, submitted_at_s: float = 0.0,
+                predicted_runtime_s: float | None = None) -> JobRequest:
+    """The scheduler's view of a job, from its typed columns (SPEC §2 compute part, memory in MiB)."""
+    return JobRequest(
+        job_id=job.pk or 0, account=str(job.owner_id), submitted_at=submitted_at_s,
+        gpus_per_node=job.gpus_per_node, nodes=job.nodes, time_limit_s=job.time_limit_s,
+        gpu_models=tuple(job.gpu_models or ()), gpu_memory_mib=job.gpu_memory_mib, cpus=job.cpus,
+        memory_mib=job.memory_mib, needs_runtime=job.needs_runtime, priority_boost=job.priority_boost,
+        predicted_runtime_s=predicted_runtime_s)
+
+
+def queued_request(row: QueuedJob, predicted_runtime_s: float | None = None) -> JobRequest:
+    """The scheduler's view of a queued job read through the port."""
+    return JobRequest(
+        job_id=row.job_id, account=str(row.owner_id), submitted_at=row.submitted_at_s,
+        gpus_per_node=row.gpus_per_node, nodes=row.nodes, time_limit_s=row.time_limit_s,
+        gpu_models=row.gpu_models, gpu_memory_mib=row.gpu_memory_mib, cpus=row.cpus, memory_mib=row.memory_mib,
+        needs_runtime=row.needs_runtime, priority_boost=row.priority_boost, predicted_runtime_s=predicted_runtime_s)
+
+
+def policy_config(name: str | None = None) -> PolicyConfig:
+    """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults,
+    overridden field by field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
+    The simulator reads it too, so a replay runs the settings the live site runs.
+
+    Raises:
+        ImproperlyConfigured: an override names no field of :class:`PolicyConfig` or has a bad value.
+    """
+    base = PolicyConfig(name=name or settings.E31_SCHEDULER_POLICY,
+                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S)
+    fields = {f.name: f for f in dataclasses.fields(PolicyConfig)}
+    changes = {}
+    for key, raw in settings.E31_POLICY_OVERRIDES.items():
+        if key not in fields or key == "name":
+            raise ImproperlyConfigured(f"E31_POLICY_{key.upper()}: no such scheduling policy setting")
+        current = getattr(base, key)
+        try:
+            if isinstance(current, bool):
+                value = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(current, str):
+                value = raw
+            elif isinstance(current, int):
+                value = int(raw)
+            else:
+                value = None if raw.strip().lower() in ("", "none") else float(raw)
+        except ValueError:
+            raise ImproperlyConfigured(f"E31_POLICY_{key.upper()}={raw!r} is not a valid value") from None
+        changes[key] = value
+    return dataclasses.replace(base, **changes)
+
+
+def pool_views(now: datetime) -> list[NodeView]:
+    """Nodes not down with their present GPUs; a held GPU is free at its lease's time limit.
+
+    Plain reads (no model instances, no job specs): the holds through the port (with the CPUs
+    and memory, MiB, their jobs hold a node's with), GPUs and nodes as ``values_list``.
+    """
+    held: dict[int, float] = {}
+    expected: dict[int, float | None] = {}
+    used_cpus: dict[int, int] = defaultdict(int)
+    used_mem: dict[int, int] = defaultdict(int)
+    soon = now.timestamp() + 1
+    leases = {}
+    holds, held_gpus = job_queue().holds()
+    for lease_id, hold in holds.items():
+        start = hold.rented_at_s
+        # A job past its limit but not yet released still holds the GPU: it
+        # frees "any moment now", never in the past.
+        leases[lease_id] = (max(start + hold.time_limit_s, soon),
+                            None if hold.predicted_runtime_s is None else start + hold.predicted_runtime_s)
+        used_cpus[hold.node_id] += hold.cpus
+        used_mem[hold.node_id] += hold.memory_mib
+    for gpu_id, lease_id in held_gpus:
+        held[gpu_id], expected[gpu_id] = leases.get(lease_id, (soon, None))
+    gpus: dict[int, list[GpuSlot]] = defaultdict(list)
+    for gpu_id, node_id, model, memory_mib in Gpu.objects.filter(present=True).exclude(
+            node__state=NodeState.DOWN).order_by("node_id", "index").values_list("id", "node_id", "model", "memory_mb"):
+        gpus[node_id].append(GpuSlot(gpu_id, model, memory_mib, held.get(gpu_id, 0.0), expected.get(gpu_id)))
+    views = []
+    for n_id, name, state, cpus, memory_bytes, runtimes in Node.objects.exclude(state=NodeState.DOWN).values_list(
+            "id", "name", "state", "cpus", "memory_bytes", "runtimes"):
+        memory = bytes_to_mib(memory_bytes)
+        views.append(NodeView(node_id=n_id, name=name, state=state, gpus=gpus[n_id],
+                              cpus_free=cpus - used_cpus[n_id], memory_free_mib=memory - used_mem[n_id],
+                              cpus_total=cpus, memory_total_mib=memory, runtimes=tuple(runtimes or ())))
+    return views
+
+
+def pool_capacity() -> list[NodeView]:
+    """Every node the pool knows, whatever its state, with its present GPUs, all free.
+
+    What "could ever hold" is judged against: two small queries, no leases.
+    """
+    gpus: dict[int, list[GpuSlot]] = defaultdict(list)
+    for gpu_id, node_id, model, memory_mib in Gpu.objects.filter(present=True).values_list(
+            "id", "node_id", "model", "memory_mb"):  # Gpu.memory_mb is NVML's MiB
+        gpus[node_id].append(GpuSlot(gpu_id, model, memory_mib))
+    return [
+        NodeView(node_id=n_id, name=name, state=state, gpus=gpus[n_id], cpus_total=cpus,
+                 memory_total_mib=bytes_to_mib(memory), runtimes=tuple(runtimes or ()))
+        for n_id, name, state, cpus, memory, runtimes in Node.objects.filter(pk__in=gpus).values_list(
+            "id", "name", "state", "cpus", "memory_bytes", "runtimes")
+    ]
+
+
+def pool_refusal(request: JobRequest) -> str | None:
+    """Why no node the pool knows (whatever its state) could ever hold ``request``, or None.
+
+    The message names the largest thing the pool does have, e.g. "no node has
+    16 GPUs of model H100; the most on one node is 8".
+    """
+    views = pool_capacity()
+    if not views:
+        return "the pool has no GPU nodes yet; ask the operator to start an agent"
+    able = [v for v in views if node_could_ever_hold(request, v)]
+    if len(able) >= request.nodes:
+        return None
+    models = " or ".join(request.gpu_models)
+    if not able:
+        def fitting(v: NodeView) -> int:
+            return sum(1 for g in v.gpus if (not request.gpu_models or any(
+                model_matches(m, g.model) for m in request.gpu_models)) and g.memory_mib >= request.gpu_memory_mib)
+        most = max(fitting(v) for v in views)
+        if most >= request.gpus_per_node:
+            if request.needs_runtime and not any(v.runtimes for v in views):
+                return "no node has a container runtime, so no node can run an image"
+            most_cpus = max(v.cpus_total for v in views)
+            most_mem = max(v.memory_total_mib for v in views) * MIB / GB
+            return (f"no node has {request.gpus_per_node} such GPUs together with {request.cpus} CPUs and "
+                    f"{mib_to_gb(request.memory_mib):g} GB of memory; the most on one node is {most_cpus} CPUs "
+                    f"and {most_mem:.0f} GB")
+        what = f"{request.gpus_per_node} GPU{'s' if request.gpus_per_node > 1 else ''}" + (
+            f" of model {models}" if models else "")
+        if request.gpu_memory_mib:
+            what += f" with {mib_to_gb(request.gpu_memory_mib):g} GB or more each"
+        return f"no node has {what}; the most on one node is {most}"
+    what = f"{request.gpus_per_node} {models or 'GPUs'}"
+    return (f"only {len(able)} node{'s' if len(able) > 1 else ''} can hold {what}; "
+            f"the job asks for {request.nodes} such nodes")
+
+
+def _lock() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
+
+
+ESTIMATE_SLACK_S = 60  # an estimated start moving by less than this is not a change (not written, not pushed)
+
+
+def _estimate_moved(old: float | None, new: float | None) -> bool:
+    if old is None or new is None:
+        return old is not new
+    return abs(new - old) >= ESTIMATE_SLACK_S
+
+
+def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
+    """Run one cycle: rent GPUs to the jobs that can start, refresh every queued job's
+    position, estimate and reason, writing (and pushing) only what changed meaningfully:
+    a new position or reason, or an estimated start that moved by :data:`ESTIMATE_SLACK_S`
+    or more (the estimates of a queue behind an overrunning job drift every cycle; they
+    are written once a minute, not every cycle).
+
+    Returns:
+        ``{"placed": n, "queued": m, "seconds": cycle time}``.
+    """
+    started = time.monotonic()
+    frozen = now is not None  # a caller's clock (tests, the simulator) stamps as given
+    with transaction.atomic():
+        _lock()
+        now = now or timezone.now()
+        queue = job_queue()
+        rows = queue.queued()
+        if not rows:
+            queue.prestage([], now=now)
+            return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
+        views = pool_views(now)
+        usage = usage_now(now)
+        runtimes: dict[tuple[int, int], float] = {}
+        requests = []
+        predicted: dict[int, float] = {}
+        for row in rows:
+            key = (row.owner_id, row.time_limit_s)
+            if key not in runtimes:
+                runtimes[key] = predict_runtime(
+                    usage[row.owner_id].recent_runtimes_s if row.owner_id in usage else [], row.time_limit_s)
+            predicted[row.job_id] = runtimes[key]
+            requests.append(queued_request(row, runtimes[key]))
+        policy = policy_config()
+        decision = schedule(requests, views, now.timestamp(), policy,
+                            usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()})
+        if decision.placements:
+            queue.place([(p.job_id, p.nodes) for p in decision.placements], predicted_runtime_s=predicted, now=now)
+            for node_id in {n for p in decision.placements for n, _ in p.nodes}:
+                node_wake(node_id)
+        by_id = {r.job_id: r for r in rows}
+        changed = []
+        for pend in decision.pending:
+            row = by_id[pend.job_id]
+            est = float(int(pend.estimated_start)) if pend.estimated_start is not None else None  # whole s
+            if (row.queue_position != pend.queue_position or row.pending_reason != pend.reason
+                    or _estimate_moved(row.estimated_start_s, est)):
+                changed.append(PositionChange(pend.job_id, row.owner_id, pend.queue_position,
+                                              None if est is None else datetime.fromtimestamp(est, UTC), pend.reason))
+        if changed:
+            queue.write_positions(changed)  # and one push per owner after commit
+        # Reserved jobs' inputs go to their planned nodes' caches now, meter off (issue 4, item 7).
+        for node_id in queue.prestage([(r.job_id, [n for n, _ in r.nodes]) for r in decision.reservations], now=now):
+            node_wake(node_id)
+        seconds = time.monotonic() - started
+        _keep_cycle_stat(now, policy.name, seconds, len(rows), len(decision.placements))
+        if decision.placements and not frozen:
+            # The meter starts when the lease exists (issue 12 item 1): every wait inside this
+            # cycle (a lock on the lease table, a slow write) is over; stamp the rent now, just
+            # before the commit, so none of it is billed.
+            queue.restamp_rent([p.job_id for p in decision.placements], now, timezone.now())
+    log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, "
+            "%d rows rewritten, %.1f ms", len(decision.placements), len(decision.pending), len(changed),
+            seconds * 1000)
+    return {"placed": len(decision.placements), "queued": len(decision.pending), "seconds": seconds,
+            "written": len(changed)}
+
+
+def _keep_cycle_stat(now: datetime, policy: str, seconds: float, queued: int, placed: int) -> None:
+    """Store the cycle's figures for the admin; trim to the newest ``E31_CYCLE_STATS_KEEP``."""
+    stat = SchedulerCycle.objects.create(at=now, policy=policy, seconds=seconds, queued=queued, placed=placed)
+    if stat.pk % 100 == 0:
+        keep = settings.E31_CYCLE_STATS_KEEP
+        cutoff = SchedulerCycle.objects.order_by("-pk").values_list("pk", flat=True)[keep:keep + 1].first()
+        if cutoff:
+            SchedulerCycle.objects.filter(pk__lte=cutoff).delete()

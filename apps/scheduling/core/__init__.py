@@ -1,0 +1,13 @@
+"""The scheduling core: a pure function from (queue, pool, clock, policy) to decisions.
+
+Nothing in this package imports Django, so the live site
+(:mod:`apps.scheduling.adapter`) and a trace simulator run the same code, and
+tests call one cycle directly.
+"""
+from .core import POLICIES, policy_config, schedule
+from .priority import UsageLedger, decay, fairshare_factor, planned_end, predict_runtime
+from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
+
+__all__ = ["POLICIES", "Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement", "PolicyConfig",
+           "Reservation", "UsageLedger", "decay", "fairshare_factor", "planned_end", "policy_config",
+           "predict_runtime", "schedule"]

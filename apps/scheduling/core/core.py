@@ -1,0 +1,301 @@
+"""One scheduling cycle: which queued jobs start now, and what every other one should expect.
+
+Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
+
+``fifo``
+    First come first served (operator boost, then submit time, then id);
+    the first job that cannot start blocks the ones behind it.
+``easy``
+    EASY backfilling (Lifka, "The ANL/IBM SP scheduling system", JSSPP
+    1995; Mu'alem and Feitelson, IEEE TPDS 12(6), 2001): FIFO order; the
+    first job that cannot start (the head) gets a reservation at its shadow
+    time, computed from the *time limits* of what runs; a later job may
+    start now if it fits now and, by its time limit, delays no GPU the
+    reservation needs (it ends before the shadow time or uses extra GPUs).
+``e31`` (ours)
+    EASY++ (Tsafrir, Etsion and Feitelson, IEEE TPDS 18(6), 2007) with
+    fair share: the queue is ordered by multifactor priority (age, fair
+    share, slowdown so far, operator boost; see :mod:`.priority`); the top
+    ``reservation_depth`` jobs that cannot start get reservations planned
+    with *predicted* run times; the jobs left are then tried shortest
+    predicted run first (SJBF), and one starts now only if, by its declared
+    time limit, it delays no reservation (SPEC §5). With
+    ``backfill_by_limit`` off, backfill is judged by predictions too (EASY++
+    proper); then a head that has waited ``starvation_s`` is also *guarded*
+    as in EASY: its start in the plan by time limits is held too, so jobs
+    outliving their predictions cannot push it past the start EASY would
+    give it. The plan is rebuilt every cycle, so a job that outlives its
+    prediction only moves the plan.
+
+Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
+that are up (see :mod:`.pool`). Every job not started gets a queue
+position (1 = next), an estimated start (epoch s, >= now; None if no set of
+up nodes can ever hold it) and a reason in plain words.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from apps.core.units import mib_to_gb
+
+from .estimates import EstimateWalk
+from .matching import describe_request
+from .pool import Pool, Unit, shape_of
+from .priority import order_fifo, order_multifactor
+from .types import Decision, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
+
+POLICIES = ("fifo", "easy", "e31")
+
+
+def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
+    """The config for ``policy`` (a name means the defaults); ``easy`` always has depth 1.
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    config = PolicyConfig(name=policy) if isinstance(policy, str) else policy
+    if config.name not in POLICIES:
+        raise ValueError(f"unknown scheduling policy {config.name!r}; known: {', '.join(POLICIES)}")
+    return config
+
+
+def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
+             policy: str | PolicyConfig = "fifo", usage: Mapping[str, float] | None = None) -> Decision:
+    """Decide which queued jobs start now and what the others should expect.
+
+    Args:
+        queue: every queued job, in any order.
+        nodes: every node with its GPUs; a GPU's ``free_at`` > ``now`` is held.
+        now: the clock, seconds since the epoch.
+        policy: ``fifo``, ``easy``, ``e31``, or a :class:`PolicyConfig`.
+        usage: ``{account: decayed GPU-seconds}`` for fair share (``e31``
+            only); see :class:`~.priority.UsageLedger`.
+
+    Returns:
+        A :class:`Decision`: placements to start now; for every other job
+        its queue position, estimated start and reason; the reservations.
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    config = policy_config(policy)
+    cycle = _Cycle(nodes, now, config)
+    if config.name == "fifo":
+        cycle.run_fifo(order_fifo(queue))
+    elif config.name == "easy":
+        cycle.run_backfill(order_fifo(queue), depth=1, shares={})
+    else:
+        order, shares = order_multifactor(queue, now, config, usage)
+        cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares,
+                           shortest_first=config.backfill_order == "shortest")
+    return cycle.decision
+
+
+class _Cycle:
+    """State of one cycle: the pool, what was decided, and why each job waits."""
+
+    def __init__(self, nodes: Sequence[NodeView], now: float, config: PolicyConfig):
+        self.now = now
+        self.config = config
+        self.predicting = config.name == "e31"
+        self.pool = Pool(nodes, now, use_predictions=self.predicting)
+        self.decision = Decision()
+        self.waiting: list[tuple[JobRequest, str, float | None]] = []  # (job, why, reserved start)
+        self.reserved_units: set[int] = set()
+        self.guard_units: set[int] = set()   # the head's units in the plan by time limits (see guard)
+        self.constrained: set[int] = set()   # reserved or guarded units
+
+    def planned(self, job: JobRequest) -> float:
+        """Seconds the plan gives ``job``: its prediction under ``e31`` (capped by the time limit),
+        else its time limit."""
+        limit = float(job.time_limit_s)
+        if self.predicting and job.predicted_runtime_s is not None:
+            return max(1.0, min(job.predicted_runtime_s, limit))
+        return limit
+
+    def place(self, job: JobRequest, units: list[int]) -> None:
+        nodes = self.pool.take_now(job, units, self.planned(job), float(job.time_limit_s))
+        self.decision.placements.append(Placement(job.job_id, nodes))
+
+    # --- policies -------------------------------------------------------------
+
+    def run_fifo(self, order: list[JobRequest]) -> None:
+        """First come first served; the first job that cannot start blocks the rest."""
+        blocked = False
+        for job in order:
+            if not blocked:
+                units, why = self.pool.fit_now(job)
+                if units:
+                    self.place(job, units)
+                    continue
+                blocked = True
+                self.waiting.append((job, why, None))
+            else:
+                self.waiting.append((job, "behind", None))
+        self.finish(monotone=True, shares={})
+
+    def run_backfill(self, order: list[JobRequest], depth: int, shares: dict[str, float],
+                     shortest_first: bool = False) -> None:
+        """Start what fits without delaying a reservation; reserve for the first ``depth`` that cannot.
+
+        ``shortest_first``: once the ``depth`` reservations are made, the jobs
+        left are tried in order of planned run time, shortest first (SJBF,
+        Tsafrir, Etsion and Feitelson 2007); queue positions stay in ``order``.
+        """
+        failed: dict[tuple, list[tuple[float, float, str]]] = {}
+        reservations = 0
+        rest: list[tuple[float, int, JobRequest]] = []
+        for index, job in enumerate(order):
+            if shortest_first and reservations >= depth:
+                rest.append((self.planned(job), index, job))
+                continue
+            units, why = self.try_now(job, failed)
+            if units:
+                self.place(job, units)
+                continue
+            start = None
+            if reservations < depth:
+                start, res_units = self.pool.earliest(job, self.planned(job))
+                if start is not None:
+                    reservations += 1
+                    self.reserve(job, start, res_units, head=reservations == 1)
+            self.waiting.append((job, why, start))
+        if rest:
+            rank = {job.job_id: index for index, job in enumerate(order)}
+            rest.sort(key=lambda r: r[:2])
+            for _planned, _index, job in rest:
+                units, why = self.try_now(job, failed)
+                if units:
+                    self.place(job, units)
+                else:
+                    self.waiting.append((job, why, None))
+            self.waiting.sort(key=lambda w: rank[w[0].job_id])
+        self.finish(monotone=False, shares=shares)
+
+    def try_now(self, job: JobRequest,
+                failed: dict[tuple, list[tuple[float, float, str]]]) -> tuple[list[int] | None, str]:
+        """Fit ``job`` now without delaying a reservation.
+
+        Within a cycle the pool only fills up, so once a job shape failed
+        with (planned, limit) seconds, any job of that shape asking as long
+        or longer on as many nodes fails too: ``failed`` keeps those to skip the search.
+        """
+        shape, planned, limit = (shape_of(job), job.nodes), self.planned(job), float(job.time_limit_s)
+        for p, lim, why in failed.get(shape, ()):
+            if p <= planned and lim <= limit:
+                return None, why
+        if self.constrained:
+            units, why = self.pool.fit_now(job, self.allowed(job, planned, limit), self.constrained)
+        else:
+            units, why = self.pool.fit_now(job)
+        if units is None:
+            if why == "reservation":
+                failed.setdefault(shape, []).append((planned, limit, why))
+            else:  # not enough GPUs, CPUs or memory free now: true whatever the duration
+                failed.setdefault(shape, []).append((0.0, 0.0, why))
+        return units, why
+
+    def allowed(self, job: JobRequest, planned: float, limit: float):
+        """The backfill test for one unit: ``job`` delays no reservation held there.
+
+        By the job's declared time limit (SPEC §5, and EASY); by its planned
+        run time only under ``e31`` with ``backfill_by_limit`` off (EASY++).
+        """
+        k, now, pool = job.gpus_per_node, self.now, self.pool
+        reserved = self.reserved_units
+        by_limit = self.config.name != "e31" or self.config.backfill_by_limit
+        guard = self.guard_units
+
+        def test(unit: Unit) -> bool:
+            idx = unit.idx
+            if idx in reserved:
+                duration = limit if by_limit else planned
+                if pool.profile(unit).min_free(now, now + duration) < k:
+                    return False
+            return idx not in guard or pool.profile(unit, limits=True).min_free(now, now + limit) >= k
+
+        return test
+
+    def reserve(self, job: JobRequest, start: float, units: list[int], head: bool) -> None:
+        nodes = self.pool.reserve(job, start, units, self.planned(job))
+        self.reserved_units.update(units)
+        self.constrained.update(units)
+        if head:
+            guard_after = self.config.guard_after_s
+            guard_after = self.config.starvation_s if guard_after is None else guard_after
+            if self.predicting and self.now - job.submitted_at >= guard_after:
+                self.guard(job)
+        self.decision.reservations.append(Reservation(job.job_id, start, nodes))
+
+    def guard(self, job: JobRequest) -> None:
+        """EASY's guarantee for a head that has waited ``guard_after_s``: its start in the plan by
+        time limits (what runs and what starts now, each to its limit), held there, and judged
+        by time limits on those units, so backfill that outlives its prediction cannot push it
+        past the start EASY would give it. The start by limits never moves later while it stays
+        the head, so a waiting job is bounded."""
+        start, units = self.pool.earliest(job, float(job.time_limit_s), limits=True)
+        if start is None:
+            return
+        self.pool.reserve_limits(job, start, units, float(job.time_limit_s))
+        self.guard_units.update(units)
+        self.constrained.update(units)
+
+    # --- estimates and reasons ------------------------------------------------
+
+    def finish(self, *, monotone: bool, shares: dict[str, float]) -> None:
+        """Estimate every waiting job (reserved ones: their reservation) and write its reason.
+
+        ``monotone``: no job may start before one ahead of it (``fifo``).
+        """
+        walk = None
+        not_before = self.now
+        for position, (job, why, reserved) in enumerate(self.waiting, 1):
+            start = reserved
+            if start is None:
+                walk = walk or EstimateWalk(self.pool)
+                start = walk.place(job, self.planned(job), not_before)
+            if start is not None:
+                start = max(start, self.now)
+                if monotone:
+                    not_before = start
+            reason = self.reason(job, position, why, start, reserved, shares)
+            self.decision.pending.append(Pending(job.job_id, position, start, reason))
+
+    def reason(self, job: JobRequest, position: int, why: str, start: float | None,
+               reserved: float | None, shares: dict[str, float]) -> str:
+        """Plain words for why ``job`` waits."""
+        want = describe_request(job)
+        if start is None:
+            if self.pool.could_hold_somewhere(job):
+                return f"waiting for a node that can hold {want} to be up"
+            return f"no node in the pool can hold {want}"
+        if reserved is not None:
+            text = f"waiting for {want}; reserved from {_clock(reserved, self.now)}"
+            if why == "resources":
+                text = (f"waiting for {want} with {job.cpus} CPUs and {mib_to_gb(job.memory_mib):g} GB of memory "
+                        f"free; reserved from {_clock(reserved, self.now)}")
+            return text
+        ahead = position - 1
+        jobs = f"{ahead} job{'s' if ahead != 1 else ''}"
+        if self.config.name == "fifo":
+            if position == 1:
+                return f"waiting for {want} to come free"
+            return f"behind {jobs} ahead in the queue (first come, first served)"
+        if why == "reservation":
+            text = f"waiting for {want} that no reserved job needs first"
+        elif self.config.name == "easy":
+            text = f"behind {jobs} ahead in the queue" if ahead else f"waiting for {want}"
+        else:
+            text = f"behind {jobs} of higher priority" if ahead else f"waiting for {want}"
+        if shares.get(job.account, 1.0) < 0.5:
+            text += "; account over its fair share"
+        return text
+
+
+def _clock(t: float, now: float) -> str:
+    """``02:10`` (UTC) if within the next 20 hours, else ``3 May 02:10``."""
+    when = datetime.fromtimestamp(t, UTC)
+    if t - now < 20 * 3600:
+        return f"{when:%H:%M}"
+    return f"{when.day} {when:%b %H:%M}"

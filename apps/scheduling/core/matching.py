@@ -1,0 +1,52 @@
+"""Which GPUs and nodes can hold a job."""
+from __future__ import annotations
+
+from apps.core.units import mib_to_gb
+
+from .types import GpuSlot, JobRequest, NodeView
+
+
+def model_matches(wanted: str, model: str) -> bool:
+    """True if the node's GPU ``model`` is the ``wanted`` one or of its family.
+
+    ``H100`` matches ``H100-80GB``; ``A100-80GB`` matches only itself.
+    Case does not matter.
+    """
+    wanted, model = wanted.strip().lower(), model.lower()
+    return model == wanted or model.startswith(wanted + "-")
+
+
+def gpu_fits(job: JobRequest, gpu: GpuSlot) -> bool:
+    """True if ``gpu`` is of a model and memory the job accepts."""
+    if job.gpu_models and not any(model_matches(w, gpu.model) for w in job.gpu_models):
+        return False
+    return gpu.memory_mib >= job.gpu_memory_mib
+
+
+def node_could_ever_hold(job: JobRequest, node: NodeView) -> bool:
+    """True if ``node``, empty, has what one rank of ``job`` asks for (whatever its state)."""
+    if job.needs_runtime and not node.runtimes:
+        return False
+    if job.cpus and node.cpus_total < job.cpus:
+        return False
+    if job.memory_mib and node.memory_total_mib < job.memory_mib:
+        return False
+    return sum(1 for g in node.gpus if gpu_fits(job, g)) >= job.gpus_per_node
+
+
+def free_fitting_gpus(job: JobRequest, node: NodeView, now: float) -> list[GpuSlot]:
+    """GPUs of ``node`` free at ``now`` that the job accepts, lowest id first."""
+    return sorted((g for g in node.gpus if g.free_at <= now and gpu_fits(job, g)), key=lambda g: g.gpu_id)
+
+
+def describe_request(job: JobRequest) -> str:
+    """Plain words for what a job waits for: ``8 H100 on one node``."""
+    models = " or ".join(job.gpu_models) if job.gpu_models else "GPUs"
+    plural = "s" if job.gpus_per_node != 1 else ""
+    what = f"{job.gpus_per_node} {models}" if job.gpu_models else f"{job.gpus_per_node} GPU{plural}"
+    if job.gpu_models and job.gpus_per_node == 1:
+        what = f"1 {models}"
+    if job.gpu_memory_mib:
+        what += f" of {mib_to_gb(job.gpu_memory_mib):g} GB or more"
+    where = "on one node" if job.nodes == 1 else f"on each of {job.nodes} nodes"
+    return f"{what} {where}"

@@ -1,0 +1,133 @@
+"""Plain data the scheduling core reads and returns. Times are seconds since the epoch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A queued job as the scheduler sees it.
+
+    ``gpu_models`` empty means any model; ``gpu_memory_mib``, ``cpus`` and
+    ``memory_mib`` are minimums per GPU / per node, 0 when not asked.
+    """
+
+    job_id: int
+    account: str
+    submitted_at: float
+    gpus_per_node: int
+    nodes: int
+    time_limit_s: int
+    gpu_models: tuple[str, ...] = ()
+    gpu_memory_mib: int = 0
+    cpus: int = 0
+    memory_mib: int = 0
+    needs_runtime: bool = False
+    priority_boost: int = 0
+    predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU: id in the database, model name, memory in MiB (NVML's unit), and when it is
+    expected free (``free_at`` <= now means free now; else the end of the
+    time limit of the lease holding it)."""
+
+    gpu_id: int
+    model: str
+    memory_mib: int
+    free_at: float = 0.0
+    expected_free_at: float | None = None  # by the holder's predicted runtime; None: same as free_at
+
+
+@dataclass
+class NodeView:
+    """One node: its state, GPUs, and resources not held by running leases."""
+
+    node_id: int
+    name: str
+    state: str
+    gpus: list[GpuSlot]
+    cpus_free: int = 0
+    memory_free_mib: int = 0
+    cpus_total: int = 0
+    memory_total_mib: int = 0
+    runtimes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Start ``job_id`` now on these nodes: ``[(node_id, (gpu_id, ...)), ...]``, rank order."""
+
+    job_id: int
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Why a queued job waits and when it should start (epoch seconds, or None if unknown)."""
+
+    job_id: int
+    queue_position: int
+    estimated_start: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How a cycle orders and plans. ``name`` is ``fifo``, ``easy`` or ``e31``.
+
+    Weights follow Slurm's priority/multifactor plugin
+    (https://slurm.schedmd.com/priority_multifactor.html): each factor is
+    normalised to [0, 1] and multiplied by its weight (the operator boost is
+    added as it is, like Slurm's admin "nice" adjustment).
+    ``reservation_depth``: how many blocked top jobs get a reservation
+    (``easy`` always 1, ``fifo`` none). ``age_max_s``: the wait at which the
+    age factor reaches 1 (Slurm ``PriorityMaxAge``). ``starvation_s``: a job
+    waiting this long goes before every younger job whatever its priority
+    (first come, first served among such jobs), so no job waits forever.
+    ``backfill_order``: ``shortest`` (the jobs after the reserved ones are
+    tried shortest planned run first, SJBF) or ``priority``.
+    ``backfill_by_limit``: a job may backfill onto a reservation's GPUs only
+    if it delays no reservation *by its declared time limit* (SPEC §5; the
+    default). False gives EASY++ (Tsafrir et al. 2007): backfill judged by
+    predictions, which lowers mean slowdown but lets a job that outlives its
+    prediction delay a reservation; then a head that has waited
+    ``guard_after_s`` (None: as long as ``starvation_s``) is guarded by its
+    start in the plan by time limits.
+    ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
+    :mod:`.priority` (0 turns it off).
+    Times in seconds.
+    """
+
+    name: str = "e31"
+    reservation_depth: int = 1
+    weight_age: float = 1000.0
+    weight_fairshare: float = 1000.0
+    weight_boost: float = 1.0
+    age_max_s: float = 86400.0
+    fairshare_half_life_s: float = 7 * 86400.0
+    starvation_s: float = 6 * 3600.0
+    backfill_order: str = "shortest"
+    backfill_by_limit: bool = True
+    guard_after_s: float | None = None
+    weight_slowdown: float = 1000.0
+    slowdown_max: float = 50.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs held in the plan for a job that cannot start yet, from ``start`` (epoch s)."""
+
+    job_id: int
+    start: float
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass
+class Decision:
+    """What one cycle decided."""
+
+    placements: list[Placement] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)

@@ -1,0 +1,71 @@
+"""``manage.py simulate TRACE``: replay an SWF trace through the scheduling core (SPEC §5).
+
+A thin shell around :func:`apps.scheduling.simulator.simulate_trace`; it reads no
+database. The policy's settings are the live site's: its defaults with any
+``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_config`).
+A progress bar goes to the terminal (stderr) when ``rich`` is
+installed and stderr is a terminal.
+"""
+import json
+import sys
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.scheduling.adapter import policy_config
+from apps.scheduling.simulator import format_table, simulate_trace
+
+try:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+except ImportError:  # rich is optional: no bar without it
+    Progress = None
+
+
+class Command(BaseCommand):
+    help = ("Replay an SWF workload trace (gzip or plain) through the scheduler with a simulated clock "
+            "and print utilisation, waits, bounded slowdown by size, fairness and estimate accuracy.")
+    requires_system_checks = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("trace", help="SWF file, e.g. /work/shared/traces/KTH-SP2-1996-2.1-cln.swf.gz")
+        parser.add_argument("--policy", default="fifo", help="scheduling policy: fifo, easy or e31 (default fifo)")
+        parser.add_argument("--nodes", type=int, default=None, help="nodes in the pool (default: MaxNodes)")
+        parser.add_argument("--gpus-per-node", type=int, default=None,
+                            help="GPUs a node (default: MaxProcs / MaxNodes from the header, else 8)")
+        parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
+        parser.add_argument("--format", choices=("table", "json"), default="table")
+
+    def handle(self, *args, trace, policy, nodes, gpus_per_node, limit, format, **options):
+        for name, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node), ("--limit", limit)):
+            if value is not None and value < 1:
+                raise CommandError(f"{name} must be at least 1")
+        bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+                       TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
+                       ) if Progress is not None and sys.stderr.isatty() else None
+        try:
+            config = policy_config(policy)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        policy = config
+        try:
+            if bar is None:
+                result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit)
+            else:
+                with bar:
+                    task = bar.add_task("replay", total=None)
+                    result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit,
+                                            progress=lambda done, total: bar.update(task, completed=done,
+                                                                                    total=total))
+        except (OSError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        if format == "json":
+            self.stdout.write(json.dumps(result))
+        else:
+            self.stdout.write(format_table(result))
