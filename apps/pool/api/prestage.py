@@ -13,8 +13,7 @@ from rest_framework.response import Response
 from apps.jobs.prestage import prestage_report
 from apps.pool.api.bounds import BIGINT_MAX
 
-from .serializers import ErrorAnswerSerializer
-from .views import AgentView, agent_schema
+from .views import FIELD_ERRORS, AgentView, agent_schema
 
 
 class PrestageItemSerializer(serializers.Serializer):
@@ -36,7 +35,7 @@ class PrestageAnswerSerializer(serializers.Serializer):
 
 class PrestageView(AgentView):
     @agent_schema("Progress of queued jobs' inputs fetched ahead (meter off)", request=PrestageReportSerializer,
-                  responses={200: PrestageAnswerSerializer, 400: ErrorAnswerSerializer})
+                  responses={200: PrestageAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = PrestageReportSerializer(data=request.data)
         ser.is_valid(raise_exception=True)

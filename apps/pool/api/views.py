@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -68,11 +69,12 @@ from .serializers import (
 AGENT_TAG = "agent"
 STALE = {"detail": "stale attempt", "code": ErrorCode.STALE_ATTEMPT.value}  # 409: match the code, not the words
 ATTEMPT = OpenApiParameter("attempt", int, required=True, description="The attempt the call is about.")
-_ERRORS = {400: ErrorAnswerSerializer, 404: ErrorAnswerSerializer,
+FIELD_ERRORS = OpenApiResponse(OpenApiTypes.OBJECT, description="Field errors: {field: [messages]}.")
+_ERRORS = {404: ErrorAnswerSerializer,
            409: OpenApiResponse(ErrorAnswerSerializer, description="code stale_attempt: the attempt is over here")}
 
 
-def agent_schema(summary: str, **kwargs):
+def agent_schema(summary: str, **kwargs: Any) -> Any:
     """``extend_schema`` for an agent call: tag ``agent``, node token, the protocol version."""
     return extend_schema(tags=[AGENT_TAG], summary=summary,
                          description=f"Agent protocol v{PROTOCOL_VERSION} (docs/agent-protocol.md). "
@@ -110,7 +112,7 @@ def work_with_gang_stops(node: Node) -> dict[str, list[dict]]:
 
 class RegisterView(AgentView):
     @agent_schema("Register the node and its hardware", request=RegisterSerializer,
-                  responses={200: RegisterAnswerSerializer, 400: ErrorAnswerSerializer})
+                  responses={200: RegisterAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = RegisterSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -123,7 +125,7 @@ class RegisterView(AgentView):
 
 class HeartbeatView(AgentView):
     @agent_schema("Heartbeat: the attempts running here, GPU health; answered with cancels",
-                  request=HeartbeatSerializer, responses={200: HeartbeatAnswerSerializer, 400: ErrorAnswerSerializer})
+                  request=HeartbeatSerializer, responses={200: HeartbeatAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -144,7 +146,7 @@ class HeartbeatView(AgentView):
 
 class ReportView(AgentView):
     @agent_schema("One job report (accepted, staging, running, exited, finished)", request=ReportSerializer,
-                  responses={200: ReportAnswerSerializer, **_ERRORS})
+                  responses={200: ReportAnswerSerializer, 400: FIELD_ERRORS, **_ERRORS})
     def post(self, request, job_id: int):
         ser = ReportSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -161,7 +163,7 @@ class ReportBatchView(AgentView):
     """Several reports, of several jobs, in one call (protocol v2); one answer per report."""
 
     @agent_schema("Several job reports in one call; one result per report", request=ReportBatchRequestSerializer,
-                  responses={200: ReportBatchAnswerSerializer, 400: ErrorAnswerSerializer})
+                  responses={200: ReportBatchAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         envelope = ReportBatchSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
@@ -187,7 +189,7 @@ class LogView(AgentView):
                   request={"application/octet-stream": OpenApiTypes.BINARY},
                   parameters=[ATTEMPT, OpenApiParameter("offset", int, required=True,
                                                         description="Byte offset of the chunk in the log.")],
-                  responses={200: LogAnswerSerializer, **_ERRORS})
+                  responses={200: LogAnswerSerializer, 400: ErrorAnswerSerializer, **_ERRORS})
     def post(self, request, job_id: int):
         try:
             attempt = int(request.query_params["attempt"])
