@@ -10,10 +10,10 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
 .PHONY: run test lint bench clean
 
-$(VENV)/.installed: pyproject.toml agent/pyproject.toml cli/pyproject.toml
+$(VENV)/.installed: pyproject.toml agent/pyproject.toml cli/pyproject.toml protocol/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[examples,dev]' -e ./agent -e ./cli
+	$(PY) -m pip install -q -e ./protocol -e '.[examples,dev]' -e ./agent -e ./cli  # e31-protocol: shared by server and agent
 	touch $@
 
 run: $(VENV)/.installed

@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, PrestageState, ReportType
 
 from .env import env_bool, env_float, env_int, env_list, env_str
 
@@ -260,6 +261,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
 }
+AGENT_ENUMS = (ReportType, ExitReason, FinishCode, ErrorCode, PrestageState)  # named as such in the API schema
 SPECTACULAR_SETTINGS = {
     "TITLE": "E31 Network API",
     "DESCRIPTION": "Submit, rent, run, output, release: rent GPUs to jobs.",
@@ -267,6 +269,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The agents' calls (tag "agent") follow this version of the agent protocol (docs/agent-protocol.md).
+    "EXTENSIONS_INFO": {"x-e31-agent-protocol": PROTOCOL_VERSION},
+    "ENUM_NAME_OVERRIDES": {f"{enum.__name__}Enum": [c.value for c in enum] for enum in AGENT_ENUMS},
 }
 
 # Sign-in throttling (django-axes, https://django-axes.readthedocs.io/): after

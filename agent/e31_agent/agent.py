@@ -40,6 +40,8 @@ import time
 from collections import deque
 from typing import IO, Any
 
+from e31_protocol import AgentPhase, NodeState
+
 from .backoff import Backoff
 from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, ApiError
@@ -245,7 +247,7 @@ class Agent:
             else:
                 self._reached_server()
                 self._cancel(answer.cancel)
-                if answer.state == "down":
+                if answer.state == NodeState.DOWN:
                     self._register_again()
             self.stop_event.wait(interval)
 
@@ -380,15 +382,17 @@ class Agent:
             ref = state.ref
             phase = state.phase
             process = None
+            resumable = phase in (AgentPhase.RUNNING, AgentPhase.OUTPUT, AgentPhase.FINISHED)
+            why = f"phase {phase}"
             try:
                 state.load_assignment()
             except (ValueError, KeyError, TypeError):
-                phase = "broken"
-            if phase == "running":
+                resumable, why = False, "its assignment is unreadable"
+            if resumable and phase == AgentPhase.RUNNING:
                 process = JobProcess.adopt(state.path)
                 if process is None:
-                    phase = "lost"
-            if phase in ("running", "output", "finished"):
+                    resumable, why = False, "its shim is gone without an exit"
+            if resumable:
                 log.warning("%s: left by an earlier agent in phase %s; taking it up again", ref, phase)
                 self._resumable.append((state, process))
                 if process is not None:
@@ -397,7 +401,7 @@ class Agent:
                 keep_files.update({self.workdir.log_path(*_pair(ref)).name,
                                    self.workdir.bundle_path(*_pair(ref)).name})
                 continue
-            log.warning("%s: lost with an earlier agent (phase %s); the server will requeue it", ref, phase)
+            log.warning("%s: lost with an earlier agent (%s); the server will requeue it", ref, why)
             state.remove()
         killed = kill_marked(self.workdir.scope, keep=frozenset(keep_markers))
         if killed:

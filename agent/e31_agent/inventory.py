@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from e31_protocol import HealthSource, payloads
 
 from . import __version__
 from .models import GpuInfo, Inventory
@@ -145,7 +146,7 @@ def nvml_gpus() -> list[GpuInfo]:
 HEALTH_FIELDS = ("temperature_c", "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected")
 
 
-def gpu_health(inventory: Inventory | None) -> dict[str, Any]:
+def gpu_health(inventory: Inventory | None) -> payloads.Health:
     """The heartbeat's ``health``: ``{"gpus": [{"uuid", "index", "temperature_c",
     "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected"}],
     "source": "nvml" | "simulated" | "none"}``.
@@ -157,14 +158,14 @@ def gpu_health(inventory: Inventory | None) -> dict[str, Any]:
     server side can be exercised without a GPU.
     """
     if inventory is None or not inventory.gpus:
-        return {"gpus": [], "source": "none"}
+        return {"gpus": [], "source": HealthSource.NONE}
     if inventory.simulated:
-        return {"source": "simulated", "gpus": [
+        return {"source": HealthSource.SIMULATED, "gpus": [
             {"uuid": g.uuid, "index": g.index, "temperature_c": 35, "utilization_pct": 0,
              "memory_used_mb": 0, "ecc_uncorrected": 0, "ecc_corrected": 0}
             for g in inventory.gpus
         ]}  # fmt: skip
-    return {"source": "nvml", "gpus": nvml_health()}
+    return {"source": HealthSource.NVML, "gpus": nvml_health()}  # type: ignore[typeddict-item]
 
 
 def nvml_health() -> list[dict[str, Any]]:

@@ -1,5 +1,8 @@
 """Typed shapes of what the agent sends and receives (docs/agent-protocol.md).
 
+The wire shapes are :mod:`e31_protocol.payloads` (shared with the server); these dataclasses
+are the agent's own reading of them.
+
 Parsing is lenient about extra fields (the server may add some) and strict
 about the ones the agent needs: a missing required field raises ``KeyError``
 or ``ValueError``, which the caller treats as a bad answer.
@@ -11,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from e31_protocol import payloads
+
 
 @dataclass(frozen=True)
 class JobRef:
@@ -20,10 +25,10 @@ class JobRef:
     attempt: int
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobRef:
+    def from_json(cls, data: payloads.AttemptRef) -> JobRef:
         return cls(job_id=int(data["job_id"]), attempt=int(data["attempt"]))
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> payloads.AttemptRef:
         return {"job_id": self.job_id, "attempt": self.attempt}
 
     def __str__(self) -> str:
@@ -54,8 +59,8 @@ class Inventory:
     simulated: bool
     sandboxed: bool = True  # False: the agent runs jobs without the tenant sandbox (--unsafe-no-sandbox)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> payloads.RegisterRequest:
+        return asdict(self)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class RegisterAnswer:
     node_loss_timeout_s: float | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RegisterAnswer:
+    def from_json(cls, data: payloads.RegisterResponse) -> RegisterAnswer:
         loss = data.get("node_loss_timeout_s")
         return cls(
             node=str(data.get("node", "")),
@@ -87,10 +92,10 @@ class HeartbeatAnswer:
     """The server's answer to a heartbeat: cancels, and the node's state there."""
 
     cancel: list[JobRef]
-    state: str = ""
+    state: str = ""  # an e31_protocol.NodeState ("up", "draining", "down"); "" from a server that sent none
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HeartbeatAnswer:
+    def from_json(cls, data: payloads.HeartbeatResponse) -> HeartbeatAnswer:
         return cls(
             cancel=[JobRef.from_json(c) for c in data.get("cancel") or []],
             state=str(data.get("state") or ""),
@@ -107,7 +112,7 @@ class DataItem:
     extract: bool = False
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DataItem:
+    def from_json(cls, data: payloads.DataInput) -> DataItem:
         sha = data.get("sha256")
         return cls(
             source=str(data["source"]),
@@ -181,7 +186,7 @@ class Assignment:
         return self.deadline - self.grace_s
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> Assignment:
+    def from_json(cls, data: payloads.Assignment, *, received_at: float | None = None) -> Assignment:
         received = time.monotonic() if received_at is None else received_at
         time_limit = float(data.get("time_limit_s") or 0)
         deadline_in = data.get("deadline_in_s")
@@ -229,7 +234,7 @@ class PrestageOffer:
     data: list[DataItem]
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PrestageOffer:
+    def from_json(cls, data: payloads.PrestageOffer) -> PrestageOffer:
         return cls(job_id=int(data["job_id"]), data=[DataItem.from_json(d) for d in data.get("data") or []])
 
 
@@ -242,7 +247,7 @@ class WorkAnswer:
     prestage: list[PrestageOffer] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, received_at: float | None = None) -> WorkAnswer:
+    def from_json(cls, data: payloads.WorkResponse, *, received_at: float | None = None) -> WorkAnswer:
         received = time.monotonic() if received_at is None else received_at
         return cls(
             assignments=[
@@ -268,8 +273,8 @@ class FileEntry:
     sha256: str
     offset: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> payloads.ManifestFile:
         data = asdict(self)
         if self.offset is None:
             del data["offset"]
-        return data
+        return data  # type: ignore[return-value]

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from e31_protocol import MESSAGE_MAX, PrestageState, payloads
+
 from . import node_inputs
 from .client import Aborted, ApiClient
 from .config import Workdir
@@ -102,7 +104,7 @@ class Prestager:
             now = time.monotonic()
             if now - last >= REPORT_EVERY_S:
                 last = now
-                self._report(job_id, "fetching", done, total)
+                self._report(job_id, PrestageState.FETCHING, done, total)
 
         stager = Stager(
             client=self.client,
@@ -123,16 +125,17 @@ class Prestager:
             return False
         except StagingError as exc:
             log.warning("pre-staging job %s failed: %s", job_id, exc)
-            self._report(job_id, "failed", stager.done, stager.total, message=str(exc))
+            self._report(job_id, PrestageState.FAILED, stager.done, stager.total, message=str(exc))
             return True
         log.info("pre-staged job %s: %d bytes in the cache", job_id, done)
-        self._report(job_id, "done", done, total)
+        self._report(job_id, PrestageState.DONE, done, total)
         return True
 
-    def _report(self, job_id: int, state: str, done: int, total: int | None, *, message: str = "") -> None:
-        item: dict[str, Any] = {"job_id": job_id, "state": state, "bytes_done": done, "bytes_total": total}
+    def _report(self, job_id: int, state: PrestageState, done: int, total: int | None, *, message: str = "") -> None:
+        item: payloads.PrestageProgress = {"job_id": job_id, "state": state, "bytes_done": done,
+                                           "bytes_total": total}
         if message:
-            item["message"] = message[:2000]
+            item["message"] = message[:MESSAGE_MAX]
         try:
             self.client.prestage_report([item])
         except Aborted:

@@ -13,8 +13,9 @@ stays at the head of its queue and goes again. A server without the batch
 call (404) gets one ``POST jobs/<id>/report/`` per report instead. Each
 acknowledged seq is appended to the spool too. A restarted agent builds the reporter from the same spool: what was
 not acknowledged is sent again, in order, and new reports take the next
-seq. A 409 "stale attempt" (or 404) drops everything queued and calls
-``on_stale``.
+seq. A stale answer (409 ``code: stale_attempt``, or 404; :func:`e31_protocol.is_stale`)
+drops everything queued and calls ``on_stale``. Types, reasons and codes are the
+:mod:`e31_protocol` enums.
 
 Spool format (``reports.jsonl``): one JSON object a line, ``{"report":
 BODY}`` or ``{"ack": SEQ}``; a torn last line (a crash mid-write) is
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from e31_protocol import MESSAGE_MAX, REPORTS_PER_BATCH_MAX, ExitReason, FinishCode, ReportType, is_stale
 
 from .backoff import Backoff
 from .client import Aborted, ApiClient, ApiError, StaleAttempt
@@ -41,10 +43,7 @@ from .models import JobRef
 
 log = logging.getLogger(__name__)
 
-TYPES = ("accepted", "staging", "running", "exited", "finished")
-EXIT_REASONS = ("exit", "time_limit", "cancelled", "staging_failed", "start_failed")
-MESSAGE_MAX = 2000  # characters of a report's message the server keeps
-BATCH_MAX = 100  # reports in one ``POST reports/`` (the server's limit)
+BATCH_MAX = REPORTS_PER_BATCH_MAX  # reports in one ``POST reports/`` (the server's limit)
 
 
 class Spool:
@@ -124,25 +123,35 @@ class Reporter:
         self._closed = False
         self._sender.add(self)
 
-    def send(self, type_: str, **fields: Any) -> int:
+    def send(self, type_: ReportType, **fields: Any) -> int:
         """Queue a report of ``type_``; returns its seq (0 once the attempt is stale).
 
         ``finished`` may carry ``exited={"exit_code", "reason", "message"}``: the ``exited``
-        it stands for too (folded, protocol v2: nothing declared as output).
+        it stands for too (folded, protocol v2: nothing declared as output), and ``code``, a
+        :class:`~e31_protocol.FinishCode` saying what went wrong with the outputs (v3).
+
+        Raises:
+            ValueError: an unknown type, exit reason or finish code, or ``exited``/``code``
+                on a report other than ``finished``.
         """
-        if type_ not in TYPES:
-            raise ValueError(f"unknown report type {type_!r}")
-        if type_ == "exited" and fields.get("reason") not in EXIT_REASONS:
-            raise ValueError(f"unknown exit reason {fields.get('reason')!r}")
+        type_ = ReportType(type_)
+        if type_ == ReportType.EXITED:
+            fields["reason"] = _reason(fields.get("reason"))
+        if fields.get("code") is not None:
+            if type_ != ReportType.FINISHED:
+                raise ValueError("only finished carries a code")
+            fields["code"] = FinishCode(fields["code"]).value
         if fields.get("exited") is not None:
-            if type_ != "finished" or fields["exited"].get("reason") not in EXIT_REASONS:
+            if type_ != ReportType.FINISHED:
                 raise ValueError("exited folds only into finished, with a known reason")
-            fields["exited"] = _cut_message(dict(fields["exited"]))
+            exited = dict(fields["exited"])
+            exited["reason"] = _reason(exited.get("reason"))
+            fields["exited"] = _cut_message(exited)
         with self._cond:
             if self.stale or self._closed:
                 return 0
             self.seq += 1
-            body = {"attempt": self.ref.attempt, "seq": self.seq, "type": type_}
+            body = {"attempt": self.ref.attempt, "seq": self.seq, "type": type_.value}
             body.update({k: v for k, v in fields.items() if v is not None or k == "exit_code"})
             _cut_message(body)
             if self._spool is not None:
@@ -197,6 +206,14 @@ class Reporter:
         log.warning("%s: server says stale attempt (%s); dropping it", self.ref, detail)
         self.stale = True
         self._queue.clear()
+
+
+def _reason(value: Any) -> str:
+    """``value`` as an exit reason's wire word. Raises ``ValueError`` when it is none."""
+    try:
+        return ExitReason(value).value
+    except ValueError:
+        raise ValueError(f"unknown exit reason {value!r}") from None
 
 
 def _cut_message(body: dict[str, Any]) -> dict[str, Any]:
@@ -355,7 +372,7 @@ class ReportSender:
                 if status == 200:
                     log.debug("%s: reported %s (seq %d)", r.ref, body["type"], body["seq"])
                     r._acked(body)
-                elif status in (404, 409):
+                elif is_stale(status, answer):
                     r._went_stale(str(answer.get("detail")))
                     stale.append(r)
                 elif 400 <= status < 500 and status != 429:

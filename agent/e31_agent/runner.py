@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from e31_protocol import ExitReason
 
 from .state import read_json, write_json
 
@@ -365,11 +366,15 @@ def _run_quietly(argv: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class RunResult:
-    """How a run ended: ``reason`` is ``exit``, ``time_limit``, ``cancelled``
-    or ``dropped``; ``exit_code`` in shell terms (see :func:`exit_status`)."""
+    """How a run ended: ``reason`` is an :class:`~e31_protocol.ExitReason` (``exit``,
+    ``time_limit``, ``cancelled``) or :data:`DROPPED`; ``exit_code`` in shell terms
+    (see :func:`exit_status`)."""
 
-    reason: str
+    reason: ExitReason | str
     exit_code: int | None
+
+
+DROPPED = "dropped"  # RunResult.reason of a dropped run: the caller stops it and reports nothing
 
 
 def supervise(
@@ -390,24 +395,24 @@ def supervise(
     """
     while True:
         if proc.poll() is not None or proc.lost:
-            reason = "exit"
+            reason: ExitReason | str = ExitReason.EXIT
             break
         if drop.is_set():
-            reason = "dropped"
+            reason = DROPPED
             break
         if cancel.is_set():
-            reason = "cancelled"
+            reason = ExitReason.CANCELLED
             break
         now = time.monotonic()
         if now >= deadline:
-            reason = "time_limit"
+            reason = ExitReason.TIME_LIMIT
             break
         cancel.wait(min(tick_s, max(0.0, deadline - now)))
-    if reason == "dropped":  # the caller decides how hard to stop
+    if reason == DROPPED:  # the caller decides how hard to stop
         return RunResult(reason=reason, exit_code=proc.exit_code)
-    if reason == "exit" and proc.stopped_by == "time_limit":  # the agent was frozen; the shim stopped it
-        reason = "time_limit"
-    if reason != "exit":
+    if reason == ExitReason.EXIT and proc.stopped_by == ExitReason.TIME_LIMIT:  # agent frozen; the shim stopped it
+        reason = ExitReason.TIME_LIMIT
+    if reason != ExitReason.EXIT:
         log.info("stopping pid %d (%s), grace %.0f s", proc.pid, reason, grace_s)
     proc.stop(grace_s)
     return RunResult(reason=reason, exit_code=proc.exit_code)

@@ -9,9 +9,9 @@ out of the jobs' reach), holding small files, each written whole
     ``deadline_mono`` (``time.monotonic()`` seconds, valid for ``boot_id``)
     and ``deadline_wall`` (epoch seconds, used after a reboot).
 ``phase``
-    how far the attempt got: ``accepted``, ``staging``, ``running`` (the
-    shim started), ``output`` (the run ended; ``result.json`` holds how),
-    ``finished`` (the ``finished`` report is queued).
+    how far the attempt got, an :class:`e31_protocol.AgentPhase`: ``accepted``,
+    ``staging``, ``running`` (the shim started), ``output`` (the run ended;
+    ``result.json`` holds how), ``finished`` (the ``finished`` report is queued).
 ``launch.json``, ``shim.json``, ``child.json``, ``exit.json``
     the per-job shim's input and output (:mod:`e31_agent.shim`).
 ``reports.jsonl``
@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e31_protocol import AgentPhase, ExitReason
+
 from .models import Assignment, JobRef
 from .paths import remove_tree
-
-PHASES = ("accepted", "staging", "running", "output", "finished")
 
 
 def boot_id() -> str:
@@ -124,27 +124,27 @@ class RunState:
         return JobRef(int(job_id), int(attempt))
 
     @property
-    def phase(self) -> str:
-        """The last phase written, ``accepted`` when none was."""
+    def phase(self) -> AgentPhase:
+        """The last phase written, ``accepted`` when none was (or it is unreadable); older
+        words are mapped (:meth:`AgentPhase.parse`)."""
         try:
-            value = (self.path / "phase").read_text().strip()
+            value = (self.path / "phase").read_text()
         except OSError:
-            return "accepted"
-        return value if value in PHASES else "accepted"
+            return AgentPhase.ACCEPTED
+        return AgentPhase.parse(value, default=AgentPhase.ACCEPTED)
 
-    def set_phase(self, phase: str) -> None:
-        if phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}")
-        write_atomic(self.path / "phase", phase.encode())
+    def set_phase(self, phase: AgentPhase) -> None:
+        """Record ``phase`` (written whole). Raises ``ValueError`` for a word that is no phase."""
+        write_atomic(self.path / "phase", AgentPhase(phase).value.encode())
 
     @property
     def result(self) -> dict[str, Any] | None:
         """``{"reason", "exit_code", "pack"}`` once the run ended, else None."""
         return read_json(self.path / "result.json")
 
-    def set_result(self, *, reason: str, exit_code: int | None, pack: bool, message: str | None = None,
+    def set_result(self, *, reason: ExitReason, exit_code: int | None, pack: bool, message: str | None = None,
                    elapsed_s: float | None = None) -> None:
-        result: dict = {"reason": reason, "exit_code": exit_code, "pack": pack}
+        result: dict = {"reason": ExitReason(reason).value, "exit_code": exit_code, "pack": pack}
         if elapsed_s is not None:  # measured at the end: a resumed run reports the same
             result["elapsed_s"] = elapsed_s
         if message:  # a folded exited (sent with finished) needs it after a restart

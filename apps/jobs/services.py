@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from e31_protocol import LOST_OUTPUT, ErrorCode, ReportType, finish_code
 
 from apps.artifacts.models import Bundle, Upload
 from apps.core.choices import EndReason, JobState, Outcome
@@ -215,7 +216,7 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any], now: dateti
                                            type=kind, received_at=now, payload=report)
         except IntegrityError:
             return False
-        if lease.accepted_at is None and kind != "accepted":
+        if lease.accepted_at is None and kind != ReportType.ACCEPTED:
             # Folded: an agent that stages nothing sends ``running`` without ``accepted`` before it
             # (protocol v2); any report of the attempt means it was taken.
             _on_accepted(job, lease, report, now)
@@ -240,7 +241,9 @@ def agent_reports_apply(*, node: Node, reports: list[tuple[int, dict[str, Any]]]
     Returns:
         One answer per report, in the order given: ``{"job_id", "seq", "status", ...}`` with
         ``status`` 200 (and ``duplicate``), 404 (no lease on this node), 409 (``stale attempt``),
-        500 or 503 (not applied: send it again).
+        500 or 503 (not applied: send it again); each refusal with a ``code``
+        (:class:`e31_protocol.ErrorCode`: ``not_on_node``, ``stale_attempt``, ``server_error``,
+        ``not_applied``) beside its ``detail``.
     """
     answers: list[dict[str, Any] | None] = [None] * len(reports)
     groups: dict[tuple[int, int], list[int]] = {}
@@ -258,17 +261,18 @@ def _apply_one(node: Node, job_id: int, report: dict[str, Any], held_back: bool)
     """One report of a batch in a savepoint: ``(answer, failed)``."""
     answer: dict[str, Any] = {"job_id": job_id, "seq": report["seq"]}
     if held_back:
-        answer.update(status=503, detail="not applied: an earlier report of this attempt failed")
+        answer.update(status=503, detail="not applied: an earlier report of this attempt failed",
+                      code=ErrorCode.NOT_APPLIED.value)
         return answer, True
     try:
         applied = agent_report(node=node, job_id=job_id, report=report)  # its atomic() is a savepoint here
     except Job.DoesNotExist:
-        answer.update(status=404, detail="no such job on this node")
+        answer.update(status=404, detail="no such job on this node", code=ErrorCode.NOT_ON_NODE.value)
     except StaleAttempt:
-        answer.update(status=409, detail="stale attempt")
+        answer.update(status=409, detail="stale attempt", code=ErrorCode.STALE_ATTEMPT.value)
     except Exception:
         log.exception("report %s of job %s from node %s failed", report["seq"], job_id, node.name)
-        answer.update(status=500, detail="server error; send it again")
+        answer.update(status=500, detail="server error; send it again", code=ErrorCode.SERVER_ERROR.value)
         return answer, True
     else:
         answer.update(status=200, duplicate=not applied)
@@ -351,11 +355,6 @@ def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
                    exit_code=exit_code, end_reason=reason, status_message="packing outputs")
 
 
-# ``finished`` messages that mean declared outputs did not all come back (the agent's
-# packer and uploader, SPEC §3): the job is then released ``failed`` with that reason.
-LOST_OUTPUT = ("bundle upload failed", "packing outputs failed", "outputs not packed")
-
-
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     if report.get("exited") is not None:
         # Folded (protocol v2, nothing declared as output): the ``exited`` it stands for comes
@@ -394,11 +393,17 @@ def _output_not_delivered(job: Job) -> str:
     bundle from every rank; the agent's own word (its ``finished`` message)
     is the reason given when it has one. Whatever an agent says, a missing
     bundle is never a success (SPEC §3).
+
+    The agent's word is its ``finished`` report's ``code`` (:data:`e31_protocol.LOST_OUTPUT`:
+    ``bundle_upload_failed``, ``packing_failed``, ``outputs_not_packed``), never the wording of
+    its message; a protocol v2 agent sends no code, and :func:`e31_protocol.finish_code` reads
+    its message's fixed prefix instead (for that one version).
     """
-    said = [r.payload.get("message", "") for r in job.agent_reports.filter(attempt=job.attempt, type="finished")]
-    lost = next((m for m in said if m.startswith(LOST_OUTPUT)), "")
-    if lost:  # the packer left files out, or packing or the upload failed
-        return lost
+    finished = [r.payload for r in job.agent_reports.filter(attempt=job.attempt, type=ReportType.FINISHED)]
+    said = [p.get("message", "") for p in finished]
+    lost = next((p for p in finished if finish_code(p) in LOST_OUTPUT), None)
+    if lost is not None:  # the packer left files out, or packing or the upload failed
+        return lost.get("message") or f"output not delivered ({finish_code(lost)})"
     if not (job.spec.get("output") or {}).get("paths") or job.run_started_at is None:
         return ""
     delivered = Bundle.objects.filter(job=job, attempt=job.attempt, completed_at__isnull=False).count()
@@ -442,13 +447,13 @@ def _record_usage(job: Job, now: datetime) -> None:
 
 
 _HANDLERS = {
-    "accepted": _on_accepted,
-    "staging": _on_staging,
-    "running": _on_running,
-    "exited": _on_exited,
-    "finished": _on_finished,
+    ReportType.ACCEPTED: _on_accepted,
+    ReportType.STAGING: _on_staging,
+    ReportType.RUNNING: _on_running,
+    ReportType.EXITED: _on_exited,
+    ReportType.FINISHED: _on_finished,
 }
-REPORT_TYPES = tuple(_HANDLERS)
+REPORT_TYPES = tuple(t.value for t in ReportType)  # kept for importers; the serializers use e31_protocol
 
 
 def log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: bytes) -> int:

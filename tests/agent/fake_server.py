@@ -53,6 +53,7 @@ class State:
     item_fail: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (job, seq) -> statuses
     work_have: list[set[tuple[int, int]]] = field(default_factory=list)  # each poll's ?have=
     sticky_assignments: bool = False  # True: reports do not take assignments off the work answer
+    protocol: int = 3  # 2: answers carry no ``code`` (a protocol v2 server: the agent reads the words)
     lock: threading.Condition = field(default_factory=threading.Condition)
 
     def types(self, job_id: int) -> list[str]:
@@ -143,12 +144,16 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- the protocol ----------------------------------------------------------
 
+    def _error(self, detail: str, code: str) -> dict[str, Any]:
+        """An error body as the server's protocol version writes it."""
+        return {"detail": detail, "code": code} if self.state.protocol >= 3 else {"detail": detail}
+
     def _apply_report(self, job_id: int, report: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """One report, under ``state.lock``: (status, answer body)."""
         st = self.state
         key = (job_id, report["attempt"])
         if key in st.stale:
-            return 409, {"detail": "stale attempt"}
+            return 409, self._error("stale attempt", "stale_attempt")
         if (job_id, report["attempt"], report["seq"]) in st.seqs:
             return 200, {"duplicate": True}
         st.seqs.add((job_id, report["attempt"], report["seq"]))
@@ -239,13 +244,13 @@ class Handler(BaseHTTPRequestHandler):
         key = (job_id, attempt)
         with st.lock:
             if key in st.stale:
-                return self._answer(409, {"detail": "stale attempt"})
+                return self._answer(409, self._error("stale attempt", "stale_attempt"))
         if rest == ["log"]:
             offset = int(q["offset"])
             with st.lock:
                 stored = st.logs[key]
                 if offset > len(stored):
-                    return self._answer(409, {"detail": "offset past the end"})
+                    return self._answer(409, self._error("offset past the end", "log_refused"))
                 new = body[len(stored) - offset :]
                 room = st.log_cap - len(stored)
                 stored += new[: max(0, room)]

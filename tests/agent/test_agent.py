@@ -298,3 +298,17 @@ def test_unsandboxed_as_root_a_named_job_user_runs_the_command_and_owns_the_job_
 
 def inventory_of(server: FakeServer) -> dict:
     return server.state.inventory
+
+
+def test_outputs_that_do_not_come_back_are_named_by_a_code(node):
+    """Protocol v3: ``finished`` says what went wrong with the outputs in ``code``; the server acts
+    on it (the message is for people)."""
+    server, agent, workdir = node
+    big = assignment(60, "head -c 5000 /dev/zero > big.bin", outputs=["big.bin"])
+    big["output_max_bytes"] = 1000  # the site's cap on the bundle's files: packing fails
+    offer(server, big, assignment(61, "echo fine > ok.txt", outputs=["ok.txt"]))
+    assert server.state.wait_for(lambda: "finished" in server.state.types(60) and "finished" in server.state.types(61))
+    [failed] = [r for r in server.state.reports[60] if r["type"] == "finished"]
+    assert failed["code"] == "packing_failed" and failed["message"].startswith("packing outputs failed")
+    [fine] = [r for r in server.state.reports[61] if r["type"] == "finished"]
+    assert "code" not in fine and "message" not in fine

@@ -63,11 +63,26 @@ def test_stale_attempt_is_its_own_error(server):
     client.close()
 
 
+def test_stale_is_read_from_the_code_and_from_an_older_servers_words(server):
+    """Protocol v3 answers ``code: stale_attempt``; a v2 server only says so in ``detail``."""
+    server.state.stale.add((3, 1))
+    client = _client(server)
+    with pytest.raises(StaleAttempt) as err:
+        client.report(3, {"attempt": 1, "seq": 1, "type": "running"})
+    assert err.value.code == "stale_attempt"
+    server.state.protocol = 2
+    with pytest.raises(StaleAttempt) as err:
+        client.report(3, {"attempt": 1, "seq": 2, "type": "running"})
+    assert err.value.code == ""
+    client.close()
+
+
 def test_other_409s_are_not_stale(server):
     client = _client(server)
     with pytest.raises(ApiError) as err:
         client.log_chunk(3, 1, 100, b"x")  # past the end of what the server has
     assert err.value.status == 409 and not isinstance(err.value, StaleAttempt)
+    assert err.value.code == "log_refused"
     client.close()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from ..models import Node
@@ -38,3 +39,14 @@ class IsNode:
 
     def has_object_permission(self, request, view, obj) -> bool:
         return True
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    """The node token in the OpenAPI document (security scheme ``nodeToken``)."""
+
+    target_class = NodeTokenAuthentication
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema) -> dict:
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Node <token>`: the node's token (`manage.py issue_node_token NODE`)."}

@@ -6,33 +6,36 @@ answer ``{"prestage": [job ids this node should still pre-stage]}``
 """
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from e31_protocol import MESSAGE_MAX, PrestageState
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.jobs.models import JobPrestage
 from apps.jobs.prestage import prestage_report
 from apps.pool.api.bounds import BIGINT_MAX
 
-from .views import AgentView
+from .views import FIELD_ERRORS, AgentView, agent_schema
 
 
 class PrestageItemSerializer(serializers.Serializer):
     job_id = serializers.IntegerField(max_value=BIGINT_MAX, min_value=1)
-    state = serializers.ChoiceField(choices=[JobPrestage.State.FETCHING, JobPrestage.State.DONE,
-                                             JobPrestage.State.FAILED])
+    state = serializers.ChoiceField(choices=[s.value for s in PrestageState])  # JobPrestage.State, less planned
     bytes_done = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, default=0)
     bytes_total = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, allow_null=True, required=False,
                                            default=None)
-    message = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    message = serializers.CharField(required=False, allow_blank=True, max_length=MESSAGE_MAX, default="")
 
 
 class PrestageReportSerializer(serializers.Serializer):
     jobs = PrestageItemSerializer(many=True, max_length=1000)
 
 
-@extend_schema(exclude=True)
+class PrestageAnswerSerializer(serializers.Serializer):
+    prestage = serializers.ListField(child=serializers.IntegerField(), help_text="Job ids still wanted here.")
+
+
 class PrestageView(AgentView):
+    @agent_schema("Progress of queued jobs' inputs fetched ahead (meter off)", request=PrestageReportSerializer,
+                  responses={200: PrestageAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = PrestageReportSerializer(data=request.data)
         ser.is_valid(raise_exception=True)

@@ -1,8 +1,14 @@
-"""The agent's own calls under ``/api/v1/agent/`` (docs/agent-protocol.md). Node token only."""
+"""The agent's own calls under ``/api/v1/agent/`` (docs/agent-protocol.md). Node token only.
+
+Every call is in the OpenAPI document (``/api/schema/``, tag ``agent``, protocol version in
+``info.x-e31-agent-protocol``). Refusals carry a machine-readable ``code``
+(:class:`e31_protocol.ErrorCode`) beside the human ``detail``.
+"""
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -11,7 +17,9 @@ from django.http import Http404, HttpRequest, JsonResponse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from e31_protocol import HAVE_MAX, LOG_CHUNK_MAX_BYTES, PROTOCOL_VERSION, WORK_WAIT_MAX_S, ErrorCode
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -39,12 +47,38 @@ from ..services import node_for_token, node_heartbeat, node_register
 from .auth import IsNode, NodeTokenAuthentication, token_from_header
 from .serializers import (
     BatchReportSerializer,
+    BundleChunkAnswerSerializer,
+    BundleCompleteAnswerSerializer,
     BundleCompleteSerializer,
+    BundleErrorAnswerSerializer,
+    BundleStatusAnswerSerializer,
+    ErrorAnswerSerializer,
+    HeartbeatAnswerSerializer,
     HeartbeatSerializer,
+    LogAnswerSerializer,
+    RegisterAnswerSerializer,
     RegisterSerializer,
+    ReportAnswerSerializer,
+    ReportBatchAnswerSerializer,
+    ReportBatchRequestSerializer,
     ReportBatchSerializer,
     ReportSerializer,
+    WorkAnswerSerializer,
 )
+
+AGENT_TAG = "agent"
+STALE = {"detail": "stale attempt", "code": ErrorCode.STALE_ATTEMPT.value}  # 409: match the code, not the words
+ATTEMPT = OpenApiParameter("attempt", int, required=True, description="The attempt the call is about.")
+FIELD_ERRORS = OpenApiResponse(OpenApiTypes.OBJECT, description="Field errors: {field: [messages]}.")
+_ERRORS = {404: ErrorAnswerSerializer,
+           409: OpenApiResponse(ErrorAnswerSerializer, description="code stale_attempt: the attempt is over here")}
+
+
+def agent_schema(summary: str, **kwargs: Any) -> Any:
+    """``extend_schema`` for an agent call: tag ``agent``, node token, the protocol version."""
+    return extend_schema(tags=[AGENT_TAG], summary=summary,
+                         description=f"Agent protocol v{PROTOCOL_VERSION} (docs/agent-protocol.md). "
+                                     + kwargs.pop("description", ""), **kwargs)
 
 
 class AgentView(APIView):
@@ -76,19 +110,22 @@ def work_with_gang_stops(node: Node) -> dict[str, list[dict]]:
     return work
 
 
-@extend_schema(exclude=True)
 class RegisterView(AgentView):
+    @agent_schema("Register the node and its hardware", request=RegisterSerializer,
+                  responses={200: RegisterAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = RegisterSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         node = node_register(node=self.node, inventory=ser.validated_data)
         return Response({"node": node.name, "heartbeat_interval_s": settings.E31_HEARTBEAT_S,
                          "poll_wait_s": settings.E31_AGENT_POLL_WAIT_S,
-                         "node_loss_timeout_s": settings.E31_NODE_LOSS_TIMEOUT_S, "running": running_on(node)})
+                         "node_loss_timeout_s": settings.E31_NODE_LOSS_TIMEOUT_S, "running": running_on(node),
+                         "protocol_version": PROTOCOL_VERSION})
 
 
-@extend_schema(exclude=True)
 class HeartbeatView(AgentView):
+    @agent_schema("Heartbeat: the attempts running here, GPU health; answered with cancels",
+                  request=HeartbeatSerializer, responses={200: HeartbeatAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -107,8 +144,9 @@ class HeartbeatView(AgentView):
         return Response({"cancel": cancel + [s for s in stops if s not in cancel], "state": node.state})
 
 
-@extend_schema(exclude=True)
 class ReportView(AgentView):
+    @agent_schema("One job report (accepted, staging, running, exited, finished)", request=ReportSerializer,
+                  responses={200: ReportAnswerSerializer, 400: FIELD_ERRORS, **_ERRORS})
     def post(self, request, job_id: int):
         ser = ReportSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -117,14 +155,15 @@ class ReportView(AgentView):
         except Job.DoesNotExist:
             raise Http404 from None
         except StaleAttempt:
-            return Response({"detail": "stale attempt"}, status=status.HTTP_409_CONFLICT)
+            return Response(STALE, status=status.HTTP_409_CONFLICT)
         return Response({"duplicate": not applied})
 
 
-@extend_schema(exclude=True)
 class ReportBatchView(AgentView):
     """Several reports, of several jobs, in one call (protocol v2); one answer per report."""
 
+    @agent_schema("Several job reports in one call; one result per report", request=ReportBatchRequestSerializer,
+                  responses={200: ReportBatchAnswerSerializer, 400: FIELD_ERRORS})
     def post(self, request):
         envelope = ReportBatchSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
@@ -145,8 +184,12 @@ class ReportBatchView(AgentView):
         return Response({"results": answers})
 
 
-@extend_schema(exclude=True)
 class LogView(AgentView):
+    @agent_schema("A chunk of the job's log (raw bytes, at most 1 MiB) at a byte offset",
+                  request={"application/octet-stream": OpenApiTypes.BINARY},
+                  parameters=[ATTEMPT, OpenApiParameter("offset", int, required=True,
+                                                        description="Byte offset of the chunk in the log.")],
+                  responses={200: LogAnswerSerializer, 400: ErrorAnswerSerializer, **_ERRORS})
     def post(self, request, job_id: int):
         try:
             attempt = int(request.query_params["attempt"])
@@ -154,27 +197,46 @@ class LogView(AgentView):
         except (KeyError, ValueError):
             return Response({"detail": "attempt and offset must be integers"}, status=400)
         data = request.body
-        if len(data) > 1024 * 1024 or offset < 0:
+        if len(data) > LOG_CHUNK_MAX_BYTES or offset < 0:
             return Response({"detail": "a chunk is at most 1 MiB, at an offset >= 0"}, status=400)
         try:
             size = log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data)
         except Job.DoesNotExist:
             raise Http404 from None
         except StaleAttempt:
-            return Response({"detail": "stale attempt"}, status=409)
+            return Response(STALE, status=409)
         except ValueError as exc:
-            return Response({"detail": str(exc)}, status=409)
+            return Response({"detail": str(exc), "code": ErrorCode.LOG_REFUSED.value}, status=409)
         return Response({"size": size})
 
 
-@extend_schema(exclude=True)
+def _chunk_refused(exc: ChunkError) -> Response:
+    """A refused bundle chunk or ``complete``: 409 with ``code: offset_mismatch`` when the server
+    holds another offset, else 400; both say ``received_bytes``."""
+    body = {"detail": str(exc), "received_bytes": exc.received_bytes}
+    if exc.conflict:
+        body["code"] = ErrorCode.OFFSET_MISMATCH.value
+    return Response(body, status=409 if exc.conflict else 400)
+
+
+_BUNDLE_ERRORS = {400: BundleErrorAnswerSerializer, 404: ErrorAnswerSerializer,
+                  409: OpenApiResponse(BundleErrorAnswerSerializer, description="code offset_mismatch")}
+
+
 class BundleView(AgentView):
+    @agent_schema("How many bytes of the attempt's bundle the server holds", parameters=[ATTEMPT],
+                  responses={200: BundleStatusAnswerSerializer, 404: ErrorAnswerSerializer})
     def get(self, request, job_id: int):
         lease = self.attempt_lease(job_id)
         bundle = Bundle.objects.filter(job=lease.job, attempt=lease.attempt, rank=lease.node_rank).first()
         return Response({"received_bytes": bundle.received_bytes if bundle else 0,
                          "complete": bool(bundle and bundle.completed_at)})
 
+    @agent_schema("One chunk of the bundle at a byte offset (header X-Content-Sha256: the chunk's sha256)",
+                  request={"application/octet-stream": OpenApiTypes.BINARY},
+                  parameters=[ATTEMPT, OpenApiParameter("offset", int, required=True),
+                              OpenApiParameter("X-Content-Sha256", str, OpenApiParameter.HEADER, required=True)],
+                  responses={200: BundleChunkAnswerSerializer, **_BUNDLE_ERRORS})
     def put(self, request, job_id: int):
         lease = self.attempt_lease(job_id)
         try:
@@ -186,13 +248,13 @@ class BundleView(AgentView):
                                         offset=offset, data=request.body,
                                         sha256=request.headers.get("X-Content-Sha256", ""))
         except ChunkError as exc:
-            return Response({"detail": str(exc), "received_bytes": exc.received_bytes},
-                            status=409 if exc.conflict else 400)
+            return _chunk_refused(exc)
         return Response({"received_bytes": received})
 
 
-@extend_schema(exclude=True)
 class BundleCompleteView(AgentView):
+    @agent_schema("The bundle is whole: the server checks size, sha256 and manifest", parameters=[ATTEMPT],
+                  request=BundleCompleteSerializer, responses={200: BundleCompleteAnswerSerializer, **_BUNDLE_ERRORS})
     def post(self, request, job_id: int):
         lease = self.attempt_lease(job_id)
         job = lease.job
@@ -206,13 +268,13 @@ class BundleCompleteView(AgentView):
                                      retention_days=job.spec["output"].get("retention_days")
                                      or settings.E31_RETENTION_DAYS_DEFAULT)
         except ChunkError as exc:
-            return Response({"detail": str(exc), "received_bytes": exc.received_bytes},
-                            status=409 if exc.conflict else 400)
+            return _chunk_refused(exc)
         return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256})
 
 
-@extend_schema(exclude=True)
 class UploadDownloadView(AgentView):
+    @agent_schema("An input file (upload:<id>) of a job held or pre-staged here, streamed",
+                  responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ErrorAnswerSerializer})
     def get(self, request, upload_id):
         """An input file, only to a node holding a job of the upload's owner that names it."""
         upload = Upload.objects.filter(pk=upload_id).first()
@@ -223,9 +285,6 @@ class UploadDownloadView(AgentView):
                           content_type="application/octet-stream")
         resp["Content-Disposition"] = content_disposition_header(True, upload.name)
         return resp
-
-
-HAVE_MAX = 1000
 
 
 def _held_refs(raw: str) -> set[tuple[int, int]]:
@@ -294,3 +353,26 @@ async def work_view(request: HttpRequest) -> JsonResponse:
                 await asyncio.wait_for(layer.receive(channel), timeout=left)
     finally:
         await layer.group_discard(group, channel)
+
+
+class WorkSchemaView(AgentView):
+    """The OpenAPI description of :func:`work_view`, an async Django view (the long poll), which
+    drf-spectacular cannot see by itself; never routed (see :data:`work_view`'s ``cls``)."""
+
+    @agent_schema(
+        "Long poll for work: assignments, cancels, pre-stage offers",
+        parameters=[
+            OpenApiParameter("wait", float, description=f"Seconds to wait for work, 0..{WORK_WAIT_MAX_S}."),
+            OpenApiParameter("have", str, description=f"Attempts held already, job_id.attempt comma list "
+                                                      f"(at most {HAVE_MAX}); protocol v2."),
+        ],
+        responses={200: WorkAnswerSerializer, 400: ErrorAnswerSerializer, 401: ErrorAnswerSerializer},
+    )
+    def get(self, request):  # pragma: no cover - schema only
+        raise Http404
+
+
+# drf-spectacular lists DRF views only: it reads ``callback.cls`` (and ``initkwargs``) of each URL's
+# view, as DRF's ``as_view()`` sets them; Django routes by the function alone.
+work_view.cls = WorkSchemaView  # type: ignore[attr-defined]
+work_view.initkwargs = {}  # type: ignore[attr-defined]

@@ -1,0 +1,65 @@
+"""Input files uploaded by users: ``GET uploads/<id>/``, streamed (docs/agent-protocol.md, "work")."""
+
+from __future__ import annotations
+
+import email.message
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+from e31_protocol import API_PREFIX
+
+from .transport import Aborted, ApiError, Transport, body_of
+
+
+class UploadCalls(Transport):
+    """Downloads of ``upload:<id>`` inputs (only for a job of the upload's owner held here)."""
+
+    @contextmanager
+    def open_upload(
+        self, upload_id: str, *, abort: threading.Event | None = None, max_tries: int = 5
+    ) -> Iterator[tuple[httpx.Response, str | None]]:
+        """Stream ``GET uploads/<id>/``; yields the response and its file name.
+
+        The file name comes from ``Content-Disposition`` when the server sends one. Only
+        connecting is retried here (at most ``max_tries`` times); the caller retries a transfer
+        that breaks half way.
+        """
+        abort = abort or self.stop
+        url = f"{API_PREFIX}/uploads/{upload_id}/"
+        backoff = self._backoff()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                response = self._http.send(self._http.build_request("GET", url), stream=True)
+            except httpx.TransportError:
+                if tries >= max_tries:
+                    raise
+            else:
+                if response.status_code < 300:
+                    break
+                response.read()
+                body = body_of(response)
+                response.close()
+                if (
+                    400 <= response.status_code < 500 and response.status_code != 429
+                ) or tries >= max_tries:
+                    raise ApiError(response.status_code, body, method="GET", url=url)
+            if abort.wait(backoff.next()):
+                raise Aborted(f"GET {url}")
+        try:
+            yield response, filename_of(response.headers.get("Content-Disposition"))
+        finally:
+            response.close()
+
+
+def filename_of(disposition: str | None) -> str | None:
+    """The ``filename`` parameter of a Content-Disposition header, if any."""
+    if not disposition:
+        return None
+    msg = email.message.Message()
+    msg["Content-Disposition"] = disposition
+    name = msg.get_filename()
+    return name or None

@@ -1,0 +1,131 @@
+"""Step 3, launch: start the command under its shim, with its environment, container, sandbox
+and limits (:mod:`e31_agent.runner`, :mod:`e31_agent.shim`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import container
+from ..models import Assignment
+from ..runner import JobProcess, build_env, new_marker
+from ..sandbox import SLOT_PLACEHOLDER, gpu_device_nodes
+
+if TYPE_CHECKING:
+    from .run import JobRun
+
+log = logging.getLogger(__name__)
+
+BACKSTOP_S = 1.0  # the shim sends its SIGTERM this long after the agent's (SIGKILL 1 s past the deadline)
+
+
+def start_process(run: JobRun, job_dir: Path) -> JobProcess:
+    """Start ``run``'s command in ``job_dir``; returns the started process.
+
+    Raises:
+        OSError: the shim could not be started.
+        container.ContainerError: the spec names an image and no runtime can run it.
+    """
+    a = run.assignment
+    marker = new_marker(run.workdir.scope, a.job_id, a.attempt)
+    pinned = a.gpu_uuids if a.gpu_uuids and all(a.gpu_uuids) else a.gpu_indices
+    env = build_env(
+        job_dir=job_dir,
+        spec_env=a.spec.env,
+        assignment_env=a.env,
+        gpus=pinned,
+        marker=marker,
+    )
+    if a.spec.image:
+        launch = container.wrap(
+            image=a.spec.image,
+            command=a.spec.command,
+            runtimes=run.runtimes,
+            job_dir=job_dir,
+            env=env,
+            gpu_indices=list(pinned),
+            real_gpus=run.real_gpus,
+            name=f"e31-{run.workdir.scope}-{a.job_id}-{a.attempt}",
+            user=run.job_user,
+            slot_user=SLOT_PLACEHOLDER if run.sandbox is not None and run.sandbox.slots else None,
+            network=a.spec.network if run.sandbox is not None else None,
+        )
+    else:
+        launch = container.plain(a.spec.command)
+    env.update(launch.env)
+    limits = job_limits(a, run.limits, run.job_user, cgroup=run_cgroup(run))
+    if run.sandbox is not None:
+        nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if run.real_gpus and a.gpu_indices else []
+        limits["sandbox"] = run.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
+                                             image=bool(a.spec.image))
+    return JobProcess.start(
+        launch.argv,
+        cwd=job_dir,
+        env=env,
+        log_path=run.workdir.log_path(a.job_id, a.attempt),
+        run_dir=run.state.path,
+        teardown=launch.teardown,
+        limits=limits,
+    )
+
+
+def run_cgroup(run: JobRun) -> Path | None:
+    """``run``'s cgroup with ``memory.max`` from the spec, when the node can make one."""
+    a = run.assignment
+    if run.cgroups is None or not a.memory_bytes:
+        return None
+    try:
+        return run.cgroups.create(f"job-{a.job_id}-{a.attempt}", a.memory_bytes)
+    except OSError as exc:
+        log.warning("%s: no cgroup for the memory limit: %s", run.ref, exc)
+        return None
+
+
+def job_limits(
+    assignment: Assignment,
+    node_limits: dict[str, Any],
+    job_user: tuple[int, int] | None,
+    *,
+    cgroup: Path | None = None,
+) -> dict[str, Any]:
+    """What the shim applies to the command (see :mod:`e31_agent.shim`).
+
+    ``cpus``: the first ``spec.compute.cpus`` CPU ids this agent may use
+    (``sched_setaffinity``); ``cgroup``: the run's cgroup v2 dir, whose
+    ``memory.max`` is ``spec.compute.memory_gb``; without one, on simulated
+    nodes (``node_limits["memory"]``), ``memory_bytes``: the same figure as
+    ``RLIMIT_AS`` (address space; not on real GPUs, where CUDA maps far more
+    than it touches); ``nofile``: the node's ``RLIMIT_NOFILE`` for jobs;
+    ``uid``/``gid``: the unprivileged user when the agent is root;
+    ``stop_at`` (epoch s) and ``grace_s``: the shim stops the run itself
+    ``BACKSTOP_S`` after the agent should have (a frozen or dead agent): SIGTERM at
+    ``deadline - grace_s + BACKSTOP_S``, SIGKILL ``BACKSTOP_S`` past the deadline;
+    ``beat_path`` and ``loss_timeout_s`` when given: the shim stops the run when the
+    agent has not heard from the server for the node-loss timeout (see the shim).
+    """
+    limits: dict[str, Any] = {}
+    if assignment.cpus:
+        try:
+            allowed = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            allowed = []
+        if allowed and assignment.cpus < len(allowed):
+            limits["cpus"] = allowed[: assignment.cpus]
+    if cgroup is not None:
+        limits["cgroup"] = str(cgroup)
+    elif assignment.memory_bytes and node_limits.get("memory"):
+        limits["memory_bytes"] = assignment.memory_bytes
+    if node_limits.get("nofile"):
+        limits["nofile"] = int(node_limits["nofile"])
+    if job_user is not None:
+        limits["uid"], limits["gid"] = job_user
+    if node_limits.get("beat_path") and node_limits.get("loss_timeout_s"):
+        limits["beat_path"] = str(node_limits["beat_path"])
+        limits["loss_timeout_s"] = float(node_limits["loss_timeout_s"])
+    # the shim's own backstop: a few seconds after the agent would have stopped the run
+    limits["stop_at"] = time.time() + (assignment.term_at - time.monotonic()) + BACKSTOP_S
+    limits["grace_s"] = assignment.grace_s
+    return limits

@@ -1,0 +1,71 @@
+"""Step 5, pack: the declared outputs into the attempt's bundle, once (a resumed run takes the
+archive it packed before, recorded in ``bundle.json``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from e31_protocol import FinishCode
+
+from .. import node_inputs
+from ..models import FileEntry
+from ..packer import Bundle, pack
+from ..state import read_json, write_json
+from .base import OutputProblem
+
+if TYPE_CHECKING:
+    from .run import JobRun
+
+log = logging.getLogger(__name__)
+
+
+def pack_outputs(run: JobRun) -> Bundle | OutputProblem:
+    """The bundle of ``run``'s declared outputs (packed now, or the one packed before), or the
+    :class:`OutputProblem` (``packing_failed``) when it could not be packed."""
+    a = run.assignment
+    bundle_path = run.workdir.bundle_path(a.job_id, a.attempt)
+    bundle = load_bundle(run.state.bundle_meta_path, bundle_path)
+    if bundle is not None:  # a resumed upload sends the archive it began with
+        return bundle
+    try:
+        bundle = pack(
+            run.workdir.job_dir(a.job_id), a.spec.output_paths, bundle_path, job_id=a.job_id,
+            max_bytes=a.output_max_bytes,
+            limits=node_inputs.for_cache_dir(run.workdir.cache).output_limits,
+        )
+    except OSError as exc:
+        log.error("%s: packing failed: %s", run.ref, exc)
+        return OutputProblem(FinishCode.PACKING_FAILED, f"packing outputs failed: {exc}")
+    write_json(run.state.bundle_meta_path, {
+        "size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": [f.to_json() for f in bundle.files],
+        "not_packed": list(bundle.not_packed),
+    })  # fmt: skip
+    return bundle
+
+
+def load_bundle(meta_path: Path, bundle_path: Path) -> Bundle | None:
+    """The bundle packed before (its ``bundle.json`` and archive), or None."""
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or not bundle_path.is_file() or bundle_path.stat().st_size != meta["size_bytes"]:
+        return None
+    files = [FileEntry(path=f["path"], size_bytes=int(f["size_bytes"]), sha256=f["sha256"]) for f in meta["files"]]
+    return Bundle(path=bundle_path, size_bytes=int(meta["size_bytes"]), sha256=meta["sha256"], files=files,
+                  not_packed=tuple(meta.get("not_packed", ())))
+
+
+def not_packed_note(not_packed: tuple[str, ...]) -> str | None:
+    """The ``finished`` message when declared files were left out (sent with the code
+    ``outputs_not_packed``; the server then records the outcome ``failed`` with it, SPEC §3),
+    or None when every declared file was packed."""
+    if not not_packed:
+        return None
+    shown = ", ".join(not_packed[:5]) + (f" and {len(not_packed) - 5} more" if len(not_packed) > 5 else "")
+    return f"outputs not packed: {len(not_packed)} declared file{'s' if len(not_packed) > 1 else ''}: {shown}"
+
+
+def not_packed_problem(bundle: Bundle) -> OutputProblem | None:
+    """:func:`not_packed_note` as an :class:`OutputProblem`, or None when nothing was left out."""
+    note = not_packed_note(bundle.not_packed)
+    return OutputProblem(FinishCode.OUTPUTS_NOT_PACKED, note) if note else None

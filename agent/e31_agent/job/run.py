@@ -1,0 +1,282 @@
+"""The run of one assignment, in a thread of its own: the steps in order, and its control
+(cancel, drop, shutdown) from other threads. The steps are the sibling modules."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from e31_protocol import AgentPhase, ExitReason, ReportType
+
+from .. import container
+from ..cgroups import JobCgroups
+from ..client import Aborted, ApiClient, StaleAttempt
+from ..config import Workdir
+from ..logship import LogShipper
+from ..models import Assignment
+from ..paths import remove_tree
+from ..reports import Reporter
+from ..runner import DROPPED, JobProcess, RunResult, supervise
+from ..sandbox import Sandbox
+from ..state import RunState
+from .base import Dropped
+from .launch import start_process
+from .prepare import hand_over, prepare_dir
+from .report import report_agent_error, report_end
+from .stage import stage_inputs
+
+log = logging.getLogger(__name__)
+
+
+class JobRun:
+    """Runs one assignment. Start with :meth:`start`; ``on_done`` is called at the end.
+
+    ``phase`` is an :class:`e31_protocol.AgentPhase`, the same word the attempt's state
+    directory holds (``accepted`` until staging begins); :attr:`done` is True once the thread
+    ended.
+    """
+
+    def __init__(
+        self,
+        assignment: Assignment,
+        *,
+        client: ApiClient,
+        workdir: Workdir,
+        runtimes: list[str],
+        real_gpus: bool,
+        on_done: Callable[[JobRun], None] = lambda run: None,
+        predecessor: JobRun | None = None,
+        keep_files: bool = False,
+        shutdown_grace_s: float = 10.0,
+        state: RunState | None = None,
+        limits: dict[str, Any] | None = None,
+        job_user: tuple[int, int] | None = None,
+        cgroups: JobCgroups | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self.assignment = assignment
+        self.ref = assignment.ref
+        self.client = client
+        self.workdir = workdir
+        self.runtimes = runtimes
+        self.real_gpus = real_gpus
+        self.on_done = on_done
+        self.predecessor = predecessor
+        self.keep_files = keep_files
+        self.shutdown_grace_s = shutdown_grace_s
+        self.state = state or RunState.create(
+            workdir.run_dir(assignment.job_id, assignment.attempt), assignment.raw, assignment.deadline
+        )
+        self.limits = dict(limits or {})  # nofile, cpus (ids to pick from), memory_bytes cap
+        self.job_user = job_user  # (uid, gid) the command runs as, when the agent is root
+        self.cgroups = cgroups  # per-job cgroup v2 memory caps, where the agent may make them
+        self.sandbox = sandbox  # the tenant sandbox (e31_agent.sandbox); None: --unsafe-no-sandbox
+        self.resuming = False
+        self.phase = AgentPhase.ACCEPTED
+        self._done = False
+        self.result: RunResult | None = None
+        self.cancel_event = threading.Event()
+        self.drop_event = threading.Event()  # kill and go quiet
+        self.abort = threading.Event()  # end every network retry of this job
+        self.stopping = False  # drop caused by the agent stopping, not by the server
+        self.process: JobProcess | None = None
+        self.exited_sent = False
+        self.finished_sent = False
+        self.folded_exit: dict[str, Any] | None = None  # the exited that finished will carry
+        self.reporter = Reporter(
+            client, self.ref, abort=self.abort, on_stale=self.drop, spool_path=self.state.reports_path
+        )
+        self.shipper: LogShipper | None = None
+        self._thread = threading.Thread(
+            target=self._main, name=f"job-{self.ref.job_id}-{self.ref.attempt}", daemon=True
+        )
+
+    # -- control from other threads ----------------------------------------
+
+    @classmethod
+    def resume(cls, state: RunState, process: JobProcess | None, **kwargs: Any) -> JobRun:
+        """A run for an attempt a previous agent left in ``state`` (phase ``running``,
+        ``output`` or ``finished``); ``process`` is its adopted command
+        (:meth:`JobProcess.adopt`), None once the run had ended. ``kwargs`` as
+        for the constructor. Start it with :meth:`start`.
+        """
+        run = cls(state.load_assignment(), state=state, **kwargs)
+        run.process = process
+        run.resuming = True
+        return run
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> None:
+        """Stop the run (SIGTERM, grace, SIGKILL); outputs are still packed."""
+        if not self.cancel_event.is_set() and not self._done and self.phase in (
+            AgentPhase.ACCEPTED, AgentPhase.STAGING, AgentPhase.RUNNING,
+        ):
+            log.info("%s: cancel requested", self.ref)
+        self.cancel_event.set()
+
+    def drop(self) -> None:
+        """The server no longer runs this attempt here: kill it and say nothing more."""
+        self.drop_event.set()
+        self.abort.set()
+        self.cancel_event.set()  # wakes the supervisor at once
+
+    def shutdown(self) -> None:
+        """The agent stops: kill the job (short grace) and send nothing more."""
+        self.stopping = True
+        self.drop()
+
+    # -- used by the steps ---------------------------------------------------
+
+    def stop_reason(self) -> ExitReason | None:
+        """Why the run must stop now: ``cancelled`` (a cancel, or a drop: check
+        :meth:`check_dropped` first), ``time_limit`` (``grace_s`` before the deadline), or None."""
+        if self.cancel_event.is_set():
+            return ExitReason.CANCELLED
+        if time.monotonic() >= self.assignment.term_at:
+            return ExitReason.TIME_LIMIT
+        return None
+
+    def check_dropped(self) -> None:
+        """Raises :class:`Dropped` once the attempt was dropped."""
+        if self.drop_event.is_set():
+            raise Dropped()
+
+    # -- the lifecycle -------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._lifecycle()
+        except (Dropped, Aborted, StaleAttempt):
+            log.info("%s: dropped", self.ref)
+        except Exception:
+            log.exception("%s: agent error", self.ref)
+            report_agent_error(self)
+        finally:
+            if self.process is not None:
+                self.process.stop(min(self.assignment.grace_s, self.shutdown_grace_s))
+            self.reporter.close()
+            if not self.keep_files:
+                self._clean_up()
+            self._done = True
+            self.on_done(self)
+
+    def _lifecycle(self) -> None:
+        """accepted -> staging -> running -> (exited, log, pack, upload, finished)."""
+        if self.resuming:
+            self._resume()
+            return
+        a = self.assignment
+        if self.predecessor is not None:
+            self.predecessor.drop()
+            self.predecessor.join(a.grace_s + 30)
+        if a.spec.data:  # with nothing to stage, "running" says "accepted" too (folded)
+            self.reporter.send(ReportType.ACCEPTED)
+        log.info("%s: accepted (%s)", self.ref, a.spec.name)
+        job_dir = prepare_dir(self.workdir, self.ref)
+
+        self.phase = AgentPhase.STAGING
+        self.state.set_phase(AgentPhase.STAGING)
+        if a.spec.data:
+            failure = stage_inputs(self, job_dir)
+            if failure is not None:
+                reason, message = failure
+                report_end(self, exit_code=None, reason=reason, message=message, with_outputs=False)
+                return
+        self.check_dropped()
+        stop = self.stop_reason()
+        if stop is not None:
+            report_end(self, exit_code=None, reason=stop, message=None, with_outputs=False)
+            return
+
+        try:
+            hand_over(job_dir, self.job_user)
+            self.process = start_process(self, job_dir)
+        except (OSError, container.ContainerError) as exc:
+            log.warning("%s: did not start: %s", self.ref, exc)
+            report_end(self, exit_code=None, reason=ExitReason.START_FAILED, message=str(exc), with_outputs=False)
+            return
+        self.state.set_phase(AgentPhase.RUNNING)
+        self.reporter.send(ReportType.RUNNING, pid=self.process.pid, elapsed_s=self.state.elapsed_s())
+        log.info("%s: running, pid %d", self.ref, self.process.pid)
+        self._supervise()
+
+    def _resume(self) -> None:
+        """Take up an attempt a previous agent left (see :mod:`e31_agent.job`)."""
+        phase = self.state.phase
+        log.info("%s: taken up again (phase %s)", self.ref, phase)
+        if phase == AgentPhase.RUNNING:
+            if self.process is None:  # the caller found nothing to adopt
+                raise Dropped()
+            self._supervise()
+            return
+        result = self.state.result or {"reason": ExitReason.EXIT, "exit_code": None, "pack": False}
+        self.phase = AgentPhase.OUTPUT
+        if phase == AgentPhase.OUTPUT:
+            self._start_shipper()
+            report_end(self, exit_code=result["exit_code"], reason=ExitReason(result["reason"]),
+                       message=result.get("message"), with_outputs=bool(result.get("pack")), exited_queued=True,
+                       elapsed_s=result.get("elapsed_s"))
+            return
+        self.phase = AgentPhase.FINISHED  # "finished" is queued: the spool sends it
+        self.finished_sent = self.exited_sent = True
+        self.reporter.wait_sent()
+        self.check_dropped()
+
+    def _start_shipper(self) -> None:
+        a = self.assignment
+        self.shipper = LogShipper(
+            self.client,
+            self.ref,
+            self.workdir.log_path(a.job_id, a.attempt),
+            abort=self.abort,
+            on_stale=self.drop,
+            offset_path=self.state.log_offset_path,
+        )
+        self.shipper.start()
+
+    def _supervise(self) -> None:
+        """Watch the started command to its end, then exited, logs, bundle, finished."""
+        a = self.assignment
+        assert self.process is not None
+        self.phase = AgentPhase.RUNNING
+        self._start_shipper()
+        grace = a.grace_s
+        result = supervise(
+            self.process,
+            deadline=a.term_at,  # SIGTERM grace_s early: SIGKILL lands at the deadline
+            cancel=self.cancel_event,
+            drop=self.drop_event,
+            grace_s=grace,
+        )
+        if result.reason == DROPPED or self.drop_event.is_set():
+            self.process.stop(min(grace, self.shutdown_grace_s) if self.stopping else 0)
+            raise Dropped()
+        self.result = result
+        log.info("%s: ended (%s, exit code %s)", self.ref, result.reason, result.exit_code)
+        report_end(self, exit_code=result.exit_code, reason=ExitReason(result.reason), message=None,
+                   with_outputs=True)
+
+    def _clean_up(self) -> None:
+        a = self.assignment
+        if self.cgroups is not None and a.memory_bytes:
+            self.cgroups.remove(self.cgroups.base / f"job-{a.job_id}-{a.attempt}")
+        self.state.remove()
+        remove_tree(self.workdir.job_dir(a.job_id))
+        for path in (
+            self.workdir.log_path(a.job_id, a.attempt),
+            self.workdir.bundle_path(a.job_id, a.attempt),
+        ):
+            path.unlink(missing_ok=True)

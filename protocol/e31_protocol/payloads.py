@@ -1,0 +1,255 @@
+"""The JSON body of every agent call and answer, as ``TypedDict`` shapes (docs/agent-protocol.md).
+
+Names: ``<Call>Request`` is what the agent sends, ``<Call>Response`` what the server answers
+(status 200). Units are in the field names (``_s`` seconds, ``_bytes`` bytes, ``_mb`` MiB).
+These are types for checkers and readers; the server validates with its serializers
+(apps/pool/api/serializers.py), which the OpenAPI document at ``/api/v1/schema/`` publishes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+from .codes import ErrorCode, ExitReason, FinishCode, HealthSource, NodeState, PrestageState, ReportType
+
+# -- shared pieces ---------------------------------------------------------------------
+
+
+class AttemptRef(TypedDict):
+    """One attempt of one job."""
+
+    job_id: int
+    attempt: int
+
+
+class ErrorBody(TypedDict):
+    """A 4xx (or a batch item's) error: ``detail`` for people, ``code`` for programs (v3)."""
+
+    detail: str
+    code: NotRequired[ErrorCode]
+
+
+# -- register: POST /api/v1/agent/register/ ----------------------------------------------
+
+
+class GpuInfo(TypedDict):
+    index: int
+    uuid: str
+    model: str  # normalised: family, dash, nominal memory in GB ("H100-80GB")
+    memory_mb: int  # MiB, as NVML reports it
+
+
+class RegisterRequest(TypedDict):
+    hostname: str
+    agent_version: NotRequired[str]
+    gpus: list[GpuInfo]
+    cpus: int
+    memory_bytes: int
+    disk_bytes: NotRequired[int]
+    runtimes: NotRequired[list[str]]
+    simulated: NotRequired[bool]
+    sandboxed: NotRequired[bool]
+
+
+class RegisterResponse(TypedDict):
+    node: str
+    heartbeat_interval_s: float
+    poll_wait_s: float
+    node_loss_timeout_s: float
+    running: list[AttemptRef]
+    protocol_version: NotRequired[int]  # v3 servers
+
+
+# -- heartbeat: POST /api/v1/agent/heartbeat/ --------------------------------------------
+
+
+class GpuHealth(TypedDict):
+    uuid: str
+    index: int
+    temperature_c: NotRequired[int | None]
+    utilization_pct: NotRequired[int | None]
+    memory_used_mb: NotRequired[int | None]
+    ecc_uncorrected: NotRequired[int | None]
+    ecc_corrected: NotRequired[int | None]
+
+
+class Health(TypedDict):
+    source: HealthSource
+    gpus: list[GpuHealth]
+
+
+class HeartbeatRequest(TypedDict):
+    running: list[AttemptRef]
+    health: NotRequired[Health]
+
+
+class HeartbeatResponse(TypedDict):
+    cancel: list[AttemptRef]
+    state: NodeState
+
+
+# -- work: GET /api/v1/agent/work/?wait=S&have=J.A,... -----------------------------------
+
+
+class DataInput(TypedDict):
+    """One input of ``spec.data`` (also of a pre-stage offer)."""
+
+    source: str  # upload:<id>, https://, s3://, gs://, file://
+    target: str
+    sha256: NotRequired[str | None]
+    extract: NotRequired[bool]
+
+
+class Assignment(TypedDict):
+    job_id: int
+    attempt: int
+    lease_id: int
+    gpus: list[dict[str, Any]]  # [{"index", "uuid"}]
+    time_limit_s: int
+    deadline_in_s: float
+    grace_s: float
+    env: dict[str, str]
+    spec: dict[str, Any]  # the validated job spec, normalised (SPEC §2)
+    array_index: int | None
+    array_size: int | None
+    output_max_bytes: NotRequired[int]
+
+
+class PrestageOffer(TypedDict):
+    job_id: int
+    new: bool
+    data: list[DataInput]
+
+
+class WorkResponse(TypedDict):
+    assignments: list[Assignment]
+    cancel: list[AttemptRef]
+    prestage: list[PrestageOffer]
+
+
+# -- reports: POST /api/v1/agent/jobs/<id>/report/ and POST /api/v1/agent/reports/ -------
+
+
+class Exited(TypedDict):
+    """An ``exited`` report's fields; also what a folded ``finished`` carries as ``exited``."""
+
+    exit_code: int | None
+    reason: ExitReason
+    message: NotRequired[str]
+    elapsed_s: NotRequired[float]
+
+
+class Report(TypedDict):
+    """One job report. Which optional fields go with which ``type``: docs/agent-protocol.md."""
+
+    attempt: int
+    seq: int
+    type: ReportType
+    # staging
+    bytes_done: NotRequired[int]
+    bytes_total: NotRequired[int | None]
+    bytes_fetched: NotRequired[int]
+    bytes_cached: NotRequired[int]
+    # running
+    pid: NotRequired[int]
+    # running, exited
+    elapsed_s: NotRequired[float]
+    # exited
+    exit_code: NotRequired[int | None]
+    reason: NotRequired[ExitReason]
+    # exited, finished
+    message: NotRequired[str]
+    # finished
+    code: NotRequired[FinishCode]
+    exited: NotRequired[Exited]
+
+
+class ReportResponse(TypedDict):
+    duplicate: bool
+
+
+class BatchReport(Report):
+    job_id: int
+
+
+class ReportBatchRequest(TypedDict):
+    reports: list[BatchReport]
+
+
+class ReportResult(TypedDict):
+    """The answer to one report of a batch: what the single call would have answered."""
+
+    job_id: int | None
+    seq: int | None
+    status: int  # 200, 400, 404, 409, 500, 503
+    duplicate: NotRequired[bool]
+    detail: NotRequired[str]
+    code: NotRequired[ErrorCode]
+    errors: NotRequired[dict[str, Any]]
+
+
+class ReportBatchResponse(TypedDict):
+    results: list[ReportResult]
+
+
+# -- logs: POST /api/v1/agent/jobs/<id>/log/?attempt=A&offset=N (body: raw bytes) --------
+
+
+class LogResponse(TypedDict):
+    size: int  # bytes of the log the server holds
+
+
+# -- bundles: GET/PUT /api/v1/agent/jobs/<id>/bundle/, POST .../bundle/complete/ ----------
+
+
+class BundleStatusResponse(TypedDict):
+    received_bytes: int
+    complete: bool
+
+
+class BundleChunkResponse(TypedDict):
+    received_bytes: int
+
+
+class ManifestFile(TypedDict):
+    path: str
+    size_bytes: int
+    sha256: str
+    offset: NotRequired[int]  # where the file's bytes start in the (uncompressed) archive
+
+
+class BundleCompleteRequest(TypedDict):
+    size_bytes: int
+    sha256: str
+    files: list[ManifestFile]
+
+
+class BundleCompleteResponse(TypedDict):
+    size_bytes: int
+    sha256: str
+
+
+class BundleErrorBody(ErrorBody):
+    received_bytes: int
+
+
+# -- pre-staging: POST /api/v1/agent/prestage/ --------------------------------------------
+
+
+class PrestageProgress(TypedDict):
+    job_id: int
+    state: PrestageState
+    bytes_done: int
+    bytes_total: NotRequired[int | None]
+    message: NotRequired[str]
+
+
+class PrestageRequest(TypedDict):
+    jobs: list[PrestageProgress]
+
+
+class PrestageResponse(TypedDict):
+    prestage: list[int]  # job ids still wanted here
+
+
+# uploads: GET /api/v1/agent/uploads/<uuid>/ answers the file's bytes (Content-Disposition: its name).
