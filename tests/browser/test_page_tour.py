@@ -11,8 +11,8 @@ a queued job, a running one and a job array with tasks done and running.
 Each visit checks:
 
 - no horizontal scroll: ``document.documentElement.scrollWidth <= window.innerWidth`` (a wide
-  table may scroll inside its own wrapper; the page never does), and on "My jobs" every row's
-  state is on screen without scrolling the table;
+  table may scroll inside its own wrapper; the page never does), and the state of every job
+  row (My jobs, an array's page) is on screen without scrolling its table;
 - no internal id or crash text in what the user reads: no ``upload:<uuid>`` outside the spec's
   YAML block, no Python traceback, no stray ``None``;
 - the steps bar (templates/jobs/_status.html) on each job page: ``step-done`` with a check for
@@ -115,7 +115,7 @@ STEPS_JS = """(id) => [...document.querySelectorAll('#job-' + id + '-status .ste
   const icon = svg ? [...svg.classList].find(c => c.startsWith('icon-')).slice(5) : null;
   return [status, icon, li.querySelector('.step-label').textContent.trim()];
 })"""
-ROW_STATES_JS = """() => [...document.querySelectorAll('#job-rows > tr')].map(tr => {
+ROW_STATES_JS = """() => [...document.querySelectorAll('tr[id^="job-row-"], tr[id^="array-row-"]')].map(tr => {
   const cell = tr.querySelector('.state');
   if (!cell) return [tr.id, 'no state'];
   const r = cell.getBoundingClientRect();
@@ -332,6 +332,9 @@ class Tour:
         if size["sw"] > size["vw"]:
             self.problems.append(f"{where}: scrolls sideways, {size['sw']} px wide in {size['vw']} px: "
                                  + "; ".join(size["culprits"]))
+        for row, seen in self.page.evaluate(ROW_STATES_JS):  # My jobs, an array's tasks
+            if seen != "visible":
+                self.problems.append(f"{where}: the state of {row} is {seen}")
         text = self.page.evaluate(TEXT_JS)
         for what, pattern in (("an internal upload id", UPLOAD_ID), ("a Python traceback", TRACEBACK),
                               ("the word None", NONE)):
@@ -378,9 +381,6 @@ def test_the_owner_sees_every_page_whole(tour, world, width):
     t = tour("owner", width)
     t.sign_in("tour-owner")
     t.visit("my-jobs", "/")
-    for tr, where in t.page.evaluate(ROW_STATES_JS):
-        if where != "visible":
-            t.problems.append(f"my-jobs at {width} px: the state of {tr} is {where}")
     t.visit("new-job", "/jobs/new/")
     for name in EXAMPLES:
         t.visit(f"new-job-{name}", f"/jobs/new/?example={name}")
