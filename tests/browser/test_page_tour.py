@@ -22,9 +22,10 @@ Each visit checks:
 - a stranger gets the site's own 404 page ("Not found", in the site's frame) for the owner's
   job, log, bundle, receipt, array and cancel pages, never the owner's data.
 
-Screenshots: a full-page PNG of every visit is kept as a test artifact, in the directory named
+Screenshots: a full-page JPEG of every visit is kept as a test artifact, in the directory named
 by ``E31_TEST_ARTIFACTS`` (default ``var/test-artifacts/browser/`` in the repository, which git
-ignores), as ``<role>-<width>-<page>.png``; a problem found names the screenshot to look at.
+ignores), as ``<role>-<width>-<page>.jpg`` (roles: owner, stranger, staff, anonymous; widths
+1400 and 390); a problem found names the screenshot to look at. Timings: ``pytest -s``.
 """
 from __future__ import annotations
 
@@ -257,17 +258,20 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
                            var_dir=tmp_path_factory.mktemp("tour") / "var", beat=True, env=FAST,
                            agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB"), ("node-c", "1xL40S-48GB")])
         try:
+            begin = time.monotonic()
             stack.start()
+            print(f"stack up in {time.monotonic() - begin:.1f} s")
             client = httpx.Client(base_url=stack.url, timeout=30,
                                   headers={"Authorization": f"Token {token_issue(user=owner)}"})
             stack.wait_for(lambda: sum(m["total"] for m in client.get("/api/v1/pool/").json()) == 7, timeout=60)
             world = build_world(stack, client)
+            print("world built:", ", ".join(f"{k} after {v:.1f} s" for k, v in world.timings.items()))
             yield world
             client.post(f"/api/v1/arrays/{world.array_id}/cancel/")
             for key in ("running", "queued"):
                 client.post(f"/api/v1/jobs/{world.jobs[key]}/cancel/")
         finally:
-            stack.stop()
+            stack.stop(timeout=10)
             call_command("flush", interactive=False, verbosity=0)
 
 
@@ -302,6 +306,7 @@ class Tour:
         self.page = self.context.new_page()
         self.problems: list[str] = []
         self.widths: dict[str, int] = {}
+        self.spent = {"load": 0.0, "screenshot": 0.0, "checks": 0.0}  # seconds, shown with -s
         self.dir = artifacts_dir()
 
     def sign_in(self, username: str) -> None:
@@ -312,20 +317,30 @@ class Tour:
         self.page.wait_for_url(self.world.url + "/")
 
     def shot(self, name: str) -> str:
-        path = self.dir / f"{self.role}-{self.width}-{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
+        path = self.dir / f"{self.role}-{self.width}-{name}.jpg"
+        # JPEG: a third of PNG's encoding time on a full page, and still sharp enough to read.
+        self.page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80)
         return path.name
 
     def visit(self, name: str, path: str | None, *, status: int = 200) -> None:
         """Open ``path`` (None: check the page as it is now), screenshot it and check it."""
         if path is not None:
+            begin = time.monotonic()
             resp = self.page.goto(self.world.url + path)
+            self.spent["load"] += time.monotonic() - begin
             if resp is None or resp.status != status:
                 self.problems.append(f"{name} ({path}): status {resp and resp.status}, wanted {status}")
         self.check(name)
 
     def check(self, name: str) -> None:
+        begin = time.monotonic()
         shot = self.shot(name)
+        self.spent["screenshot"] += time.monotonic() - begin
+        begin = time.monotonic()
+        self._check(name, shot)
+        self.spent["checks"] += time.monotonic() - begin
+
+    def _check(self, name: str, shot: str) -> None:
         where = f"{name} at {self.width} px ({shot})"
         size = self.page.evaluate(WIDTH_JS)
         self.widths[name] = size["sw"]
@@ -357,6 +372,8 @@ class Tour:
             self.problems.append(f"{name} ({path}) at {self.width} px: shows {secret!r} to a stranger")
 
     def close(self) -> None:
+        print(f"{self.role} at {self.width} px: {len(self.widths)} visits,",
+              ", ".join(f"{k} {v:.1f} s" for k, v in self.spent.items()))
         self.context.close()
 
     def report(self) -> str:
