@@ -22,9 +22,9 @@ Each visit checks:
 - a stranger gets the site's own 404 page ("Not found", in the site's frame) for the owner's
   job, log, bundle, receipt, array and cancel pages, never the owner's data.
 
-Screenshots: a full-page JPEG of every visit is kept as a test artifact, in the directory named
+Screenshots: a full-page PNG of every visit is kept as a test artifact, in the directory named
 by ``E31_TEST_ARTIFACTS`` (default ``var/test-artifacts/browser/`` in the repository, which git
-ignores), as ``<role>-<width>-<page>.jpg`` (roles: owner, stranger, staff, anonymous; widths
+ignores), as ``<role>-<width>-<page>.png`` (roles: owner, stranger, staff, anonymous; widths
 1400 and 390); a problem found names the screenshot to look at. Timings: ``pytest -s``.
 """
 from __future__ import annotations
@@ -317,9 +317,8 @@ class Tour:
         self.page.wait_for_url(self.world.url + "/")
 
     def shot(self, name: str) -> str:
-        path = self.dir / f"{self.role}-{self.width}-{name}.jpg"
-        # JPEG: a third of PNG's encoding time on a full page, and still sharp enough to read.
-        self.page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80)
+        path = self.dir / f"{self.role}-{self.width}-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
         return path.name
 
     def visit(self, name: str, path: str | None, *, status: int = 200) -> None:
