@@ -44,7 +44,7 @@ from django.core.management import call_command
 from django.db import connections
 from playwright.sync_api import sync_playwright
 
-from e31site.devstack import BASE_DIR, LocalStack
+from devstack import BASE_DIR, LocalStack
 from tests.e2e.conftest import E2E_REDIS_DB, database_url
 from tests.factories import PASSWORD, UserFactory
 
