@@ -64,6 +64,9 @@ INSTALLED_APPS = [
     "apps.artifacts",
     "apps.notices",
     "apps.tokens",
+    "apps.agent_api",
+    "apps.live",
+    "apps.web",
     "axes",  # sign-in throttling (issue 11): AXES_* below
 ]
 

@@ -111,7 +111,7 @@ def periodic_work() -> None:
 class Beat(threading.Thread):
     """Runs :func:`periodic_work` every ``period`` seconds in this thread (its own database
     connection; pushes reach the in-memory channel layer through the server's loop,
-    :func:`apps.jobs.live.set_local_loop`), and starts again a local agent that died
+    :func:`apps.live.push.set_local_loop`), and starts again a local agent that died
     (:meth:`LocalAgents.check`)."""
 
     def __init__(self, period: float):
@@ -240,7 +240,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     """
     import uvicorn
 
-    from apps.jobs.live import set_local_loop
+    from apps.live.push import set_local_loop
     from apps.pool.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
 

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import live
+from . import signals
 from .choices import JobState
 from .models import Job, JobPrestage
 
@@ -105,7 +105,7 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
         wanted = list(JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
                       .values_list("job_id", flat=True))
         for job_id in changed:
-            live.job_changed(job_id)  # the job page's pre-stage line, after commit
+            signals.job_changed.send(sender=Job, job_id=job_id)  # the job page's pre-stage line
     return wanted
 
 

@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 
+from .addresses import source_address_problem
 from .choices import JobKind
 
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -171,8 +172,6 @@ class DataItem(_Strict):
         if value.startswith("upload:") and not value[len("upload:"):].strip():
             raise ValueError("upload: must name an uploaded file")
         if value.startswith("https://"):
-            from .addresses import source_address_problem
-
             problem = source_address_problem(value)
             if problem:
                 raise ValueError(problem)

@@ -4,7 +4,7 @@ Every function here is called *inside* the transaction that makes the change
 and sends nothing until it commits (``transaction.on_commit``): a rolled-back
 change is never announced. What is sent is small: ``{"type": "live.changed",
 "page": ..., "id": ..., "version": stamp_ms}``; nothing is rendered here. The
-consumer holding a socket on that page (:mod:`e31site.consumers`) reads and
+consumer holding a socket on that page (:mod:`apps.live.consumers.base`) reads and
 renders the fragments for its own user when the message arrives, so a page
 nobody watches costs one tiny message, and rendering reads what the database
 holds after the commit. Messages to one group are coalesced: the first goes at
@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,7 +38,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from . import live_seq
+from apps.jobs.models import Job
+
+from . import seq as live_seq
 
 log = logging.getLogger(__name__)
 
@@ -62,36 +65,67 @@ POOL_STAFF_GROUP = "pool-staff"  # kept for older sockets; nothing is sent to it
 
 
 def stamp_ms() -> int:
-    """The message version: the server's clock in ms (as :func:`apps.jobs.fragments.stamp_ms`)."""
+    """The message version: the server's clock in ms (as :func:`apps.web.jobs.fragments.stamp_ms`)."""
     return int(time.time() * 1000)
 
 
 # --- after commit, once per transaction -------------------------------------
-def _once_on_commit(key: str, func: Callable[[], None]) -> None:
-    """``transaction.on_commit(func)`` unless a callback with ``key`` is already waiting.
+class _Batch:
+    """The sends one transaction asked for, by key; run once, by its commit."""
 
-    Outside a transaction (autocommit) ``func`` runs at once, as on_commit does.
+    def __init__(self) -> None:
+        self.sends: dict[str, Callable[[], None]] = {}
+        self.done = False
+
+    def flush(self) -> None:
+        self.done = True
+        for key, func in self.sends.items():
+            _run(key, func)
+
+
+def _run(key: str, func: Callable[[], None]) -> None:
+    try:
+        func()
+    except Exception:  # a push that fails costs only freshness until the page's next snapshot
+        log.warning("could not push the live update %s", key, exc_info=True)
+
+
+_batches = threading.local()  # .current: weakref to this thread's open _Batch
+
+
+def _once_on_commit(key: str, func: Callable[[], None]) -> None:
+    """Run ``func`` once the current transaction commits, once per ``key`` however often asked.
+
+    The dedupe is this module's own: one :class:`_Batch` per transaction, registered once with
+    ``transaction.on_commit``. The thread keeps only a weak reference to it, so a rollback,
+    which drops the transaction's callbacks (and with them the last reference to the batch),
+    leaves nothing stale behind: the next transaction starts a batch of its own. A send asked
+    for inside a savepoint that is rolled back later still goes (a spare "look again" to pages
+    that read the database after the commit). Outside a transaction (autocommit) ``func`` runs
+    at once, as on_commit does.
     """
-    connection = transaction.get_connection()
-    if connection.in_atomic_block:
-        if any(getattr(f, "e31_live_key", None) == key for _, f, _ in connection.run_on_commit):
-            return
-        func.e31_live_key = key  # type: ignore[attr-defined]
-    transaction.on_commit(func, robust=True)
+    if not transaction.get_connection().in_atomic_block:
+        _run(key, func)
+        return
+    ref = getattr(_batches, "current", None)
+    batch = ref() if ref is not None else None
+    if batch is None or batch.done:
+        batch = _Batch()
+        transaction.on_commit(batch.flush, robust=True)
+        _batches.current = weakref.ref(batch)
+    batch.sends.setdefault(key, func)
 
 
 def job_changed(job_id: int, owner_id: int | None = None) -> None:
     """After commit: tell the owner's live pages (the job's page and row) that job ``job_id`` changed.
 
-    Called by :func:`apps.jobs.state.event_add` (every state change and
-    timeline event), by submit, and by staging progress. ``owner_id`` saves a
+    Connected to :data:`apps.jobs.signals.job_changed` (:mod:`apps.live.receivers`): every state
+    change and timeline event (:func:`apps.jobs.state.event_add`) and staging progress. ``owner_id`` saves a
     lookup when the caller has it.
     """
     def send() -> None:
         owner = owner_id
         if owner is None:
-            from .models import Job
-
             owner = Job.objects.filter(pk=job_id).values_list("owner_id", flat=True).first()
             if owner is None:
                 return

@@ -33,7 +33,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
         apps.jobs.spec.SpecError: the spec is invalid (the same errors a submit gives).
     """
     from apps.artifacts.models import Upload
-    from apps.jobs.services import spec_validate
+    from apps.jobs.services.submit import spec_validate
 
     now = now or timezone.now()
     attachments = {name: Upload(owner=owner, name=name) for name in attachment_names}

@@ -22,10 +22,10 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.jobs.choices import JobState
-from apps.jobs.live import queue_changed
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.prestage import prestage_plan
 from apps.jobs.state import transition
+from apps.live.push import queue_changed
 from apps.metering.models import Lease, LeaseGpu, SchedulerCycle
 from apps.metering.services import lease_open
 from apps.metering.usage import usage_now

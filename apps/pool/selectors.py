@@ -1,116 +1,18 @@
-"""Reads of the pool: what an agent should do, pool summaries."""
+"""Reads of the pool: pool summaries (the agents' work answer is in :mod:`apps.agent_api.selectors`)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.artifacts.models import Upload
-from apps.jobs.choices import JobState
-from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
-from apps.metering.models import Lease, LeaseGpu
+from apps.metering.models import LeaseGpu
 from apps.metering.rates import current_rates
 
 from .choices import NodeState
 from .models import Gpu, Node
-
-
-def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Assignments not yet accepted, cancels pending, and queued jobs' inputs to pre-stage for ``node``
-    (docs/agent-protocol.md)."""
-    now = now or timezone.now()
-    leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
-                  .select_related("job", "job__array").prefetch_related("lease_gpus__gpu"))
-    assignments, cancel = [], []
-    for lease in leases:
-        job = lease.job
-        if lease.attempt != job.attempt:
-            continue
-        if job.cancel_requested_at or lease.run_ended_at:
-            if job.cancel_requested_at and lease.run_ended_at is None:
-                cancel.append({"job_id": job.pk, "attempt": lease.attempt})
-            if lease.accepted_at or lease.run_ended_at:
-                continue
-        if lease.accepted_at is None and job.state in (JobState.RENTED, JobState.RUNNING):
-            assignments.append(_assignment(lease, now))
-    return {"assignments": assignments, "cancel": cancel, "prestage": prestage_offers(node)}
-
-
-def node_may_fetch_upload(node: Node, upload: Upload) -> bool:
-    """True when ``node`` holds an open lease of, or pre-stages, a job of the upload's owner naming it.
-
-    Anything else answers 404: a node token reads no other input.
-    """
-    specs = Lease.objects.filter(node=node, released_at__isnull=True,
-                                 job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
-    if any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or []):
-        return True
-    return node_may_prestage_upload(node, upload)
-
-
-def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
-    job = lease.job
-    gpus = sorted((lg.gpu for lg in lease.lease_gpus.all()), key=lambda g: g.index)
-    ranks = list(Lease.objects.filter(job=job, attempt=lease.attempt).select_related("node").order_by("node_rank"))
-    master = ranks[0].node.hostname or ranks[0].node.name
-    deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
-    return {
-        "job_id": job.pk,
-        "attempt": lease.attempt,
-        "lease_id": lease.pk,
-        "gpus": [{"index": g.index, "uuid": g.uuid} for g in gpus],
-        "time_limit_s": job.time_limit_s,
-        "deadline_in_s": round(max(0.0, deadline), 3),
-        "grace_s": grace_inside_limit(job.time_limit_s),
-        "env": {
-            "E31_JOB_ID": str(job.pk),
-            "E31_NODE_RANK": str(lease.node_rank),
-            "E31_NUM_NODES": str(job.nodes),
-            "E31_MASTER_ADDR": master,
-        },
-        "spec": job.spec,
-        "output_max_bytes": settings.E31_BUNDLE_MAX_BYTES,
-        # A task of a job array: the agent sets E31_ARRAY_INDEX and E31_ARRAY_SIZE from these.
-        "array_index": job.array_index,
-        "array_size": job.array.size if job.array_id is not None else None,
-    }
-
-
-def ended_attempts(node: Node, listed: set[tuple[int, int]]) -> list[dict[str, int]]:
-    """Fencing: of the attempts ``node``'s agent says it holds (``listed``: ``(job_id, attempt)``
-    from a heartbeat's ``running`` or a work poll's ``have``), those the server has ended on its
-    own (time limit enforced by the server, node loss, requeue) or never knew: the agent must
-    stop them. An attempt whose agent sent ``finished`` is not one (it is finishing up).
-    Shape: ``[{"job_id", "attempt"}]``, merged into the answer's ``cancel`` list.
-    """
-    if not listed:
-        return []
-    current = {(j, a) for j, a, current in Lease.objects.filter(
-        node=node, job_id__in={j for j, _ in listed}, released_at__isnull=True).values_list(
-        "job_id", "attempt", "job__attempt") if a == current}
-    from apps.jobs.models import AgentReport
-
-    finished = set(AgentReport.objects.filter(
-        job_id__in={j for j, _ in listed}, type="finished",
-        node_rank__in=Lease.objects.filter(node=node, job_id__in={j for j, _ in listed}).values("node_rank"))
-        .values_list("job_id", "attempt"))
-    return [{"job_id": j, "attempt": a} for j, a in sorted(listed) if (j, a) not in current | finished]
-
-
-def grace_inside_limit(time_limit_s: int) -> float:
-    """The SIGTERM-to-SIGKILL grace of a run (seconds): ``E31_GRACE_S``, but at most 10 % of the
-    time limit, so the agent's SIGTERM at ``deadline - grace`` makes SIGKILL land at the limit."""
-    return round(min(float(settings.E31_GRACE_S), 0.1 * time_limit_s), 3)
-
-
-def running_on(node: Node) -> list[dict[str, int]]:
-    """The (job, attempt) pairs the server believes hold GPUs on ``node``."""
-    return [{"job_id": j, "attempt": a} for j, a in
-            Lease.objects.filter(node=node, released_at__isnull=True).values_list("job_id", "attempt")]
 
 
 def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:

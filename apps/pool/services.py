@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from apps.jobs.live import pool_changed
+from apps.live.push import pool_changed
 from apps.metering.services import fences_lift, node_down_record, node_up_record
 
 from .choices import NodeState
@@ -108,7 +108,7 @@ def nodes_mark_lost() -> list[int]:
     Returns the ids of the nodes marked down. See
     :func:`apps.jobs.services.jobs_handle_node_loss` for what happens to the jobs.
     """
-    from apps.jobs.services import jobs_handle_node_loss
+    from apps.jobs.services.recovery import jobs_handle_node_loss
 
     cutoff = timezone.now() - timedelta(seconds=settings.E31_NODE_LOSS_TIMEOUT_S)
     lost = []

@@ -35,7 +35,7 @@ def schedule_cycle_task() -> None:
 @shared_task(ignore_result=True)
 def node_watch_task() -> None:
     """Mark silent nodes down, requeue their jobs; end jobs past their time limit."""
-    from apps.jobs.services import jobs_enforce_time_limits
+    from apps.jobs.services.limits import jobs_enforce_time_limits
 
     nodes_mark_lost()
     jobs_enforce_time_limits()

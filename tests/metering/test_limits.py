@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 from apps.metering.limits import spend_check, worst_case_of
 from apps.metering.models import AccountProfile
 from apps.pool.scheduling import schedule_cycle

@@ -160,7 +160,7 @@ def test_the_usage_api_uses_the_users_time_zone(user):
 
 
 def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(web, user, settings):
-    from apps.metering import views
+    from apps.web.metering import views
 
     node = node_with_gpus("n1", count=1)
     t = datetime(2025, 8, 1, tzinfo=UTC)

@@ -7,7 +7,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.jobs.services import job_submit, jobs_enforce_time_limits
+from apps.jobs.services.limits import jobs_enforce_time_limits
+from apps.jobs.services.submit import job_submit
 from apps.metering.checks import meter_violations
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Node

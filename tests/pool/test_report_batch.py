@@ -10,9 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.jobs import services
-from apps.jobs.models import AgentReport, Job, JobEvent
-from apps.jobs.services import job_submit
+from apps.agent_api import reports
+from apps.agent_api.models import AgentReport
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
 
 from ..factories import spec
@@ -134,7 +135,7 @@ def test_a_batch_that_partly_fails_loses_and_doubles_nothing(owner, agent, monke
     one, two, three = submit(owner), submit(owner), submit(owner)
     stranger = submit(owner)  # the fourth GPU of node-a; then the server moves on to attempt 2
     Job.objects.filter(pk=stranger.pk).update(attempt=2)  # the server moved on: stale
-    real = services._HANDLERS["running"]
+    real = reports._HANDLERS["running"]
     calls = {"n": 0}
 
     def flaky(job, lease, report, now):
@@ -143,7 +144,7 @@ def test_a_batch_that_partly_fails_loses_and_doubles_nothing(owner, agent, monke
             raise RuntimeError("database hiccup")
         real(job, lease, report, now)
 
-    monkeypatch.setitem(services._HANDLERS, "running", flaky)
+    monkeypatch.setitem(reports._HANDLERS, "running", flaky)
     items = [item(one, 1, "running"), item(two, 1, "running"), item(two, 2, "finished", exited={
         "exit_code": 0, "reason": "exit"}), item(three, 1, "running", pid="x"), {**item(stranger, 1, "running")},
         {"job_id": 999999, "attempt": 1, "seq": 1, "type": "running"}, item(three, 2, "running")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.contrib.auth.models import AnonymousUser
 from rest_framework import authentication, exceptions
 
-from ..models import Node
-from ..services import node_for_token
+from apps.pool.models import Node
+from apps.pool.services import node_for_token
 
 
 def token_from_header(header: str) -> str:

@@ -10,11 +10,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
+from apps.agent_api.api.bounds import BIGINT_MAX
+from apps.agent_api.api.views import AgentView
 from apps.jobs.models import JobPrestage
 from apps.jobs.prestage import prestage_report
-from apps.pool.api.bounds import BIGINT_MAX
-
-from .views import AgentView
 
 
 class PrestageItemSerializer(serializers.Serializer):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from apps.jobs.services import REPORT_TYPES
-from apps.pool.api.bounds import BIGINT_MAX, INT_MAX
+from apps.agent_api.api.bounds import BIGINT_MAX, INT_MAX
+from apps.agent_api.reports import REPORT_TYPES
 
 
 class GpuInSerializer(serializers.Serializer):

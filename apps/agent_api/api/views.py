@@ -16,28 +16,8 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.artifacts.http import serve_file
-from apps.artifacts.models import Bundle, Upload
-from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
-from apps.jobs.models import Job
-from apps.jobs.prestage import prestage_mark_offered
-from apps.jobs.services import (
-    StaleAttempt,
-    agent_report,
-    agent_reports_apply,
-    gang_stops_for,
-    jobs_reconcile_heartbeat,
-    log_append,
-)
-from apps.metering.models import Lease
-from apps.metering.services import fences_confirm, leases_seen
-
-from ..models import Node
-from ..notify import node_group
-from ..selectors import agent_work_for, ended_attempts, node_may_fetch_upload, running_on
-from ..services import node_for_token, node_heartbeat, node_register
-from .auth import IsNode, NodeTokenAuthentication, token_from_header
-from .serializers import (
+from apps.agent_api.api.auth import IsNode, NodeTokenAuthentication, token_from_header
+from apps.agent_api.api.serializers import (
     BatchReportSerializer,
     BundleCompleteSerializer,
     HeartbeatSerializer,
@@ -45,6 +25,19 @@ from .serializers import (
     ReportBatchSerializer,
     ReportSerializer,
 )
+from apps.agent_api.reports import StaleAttempt, agent_log_append, agent_report, agent_reports_apply
+from apps.agent_api.selectors import ended_attempts, node_may_fetch_upload, running_on, work_with_gang_stops
+from apps.artifacts.http import serve_file
+from apps.artifacts.models import Bundle, Upload
+from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
+from apps.jobs.models import Job
+from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services.recovery import jobs_reconcile_heartbeat
+from apps.metering.models import Lease
+from apps.metering.services import fences_confirm, leases_seen
+from apps.pool.models import Node
+from apps.pool.notify import node_group
+from apps.pool.services import node_for_token, node_heartbeat, node_register
 
 
 class AgentView(APIView):
@@ -65,15 +58,6 @@ class AgentView(APIView):
         if lease is None:
             raise Http404
         return lease
-
-
-def work_with_gang_stops(node: Node) -> dict[str, list[dict]]:
-    """:func:`agent_work_for`, its ``cancel`` list joined by the gang ranks to stop."""
-    work = agent_work_for(node)
-    for ref in gang_stops_for(node):
-        if ref not in work["cancel"]:
-            work["cancel"].append(ref)
-    return work
 
 
 @extend_schema(exclude=True)
@@ -157,7 +141,7 @@ class LogView(AgentView):
         if len(data) > 1024 * 1024 or offset < 0:
             return Response({"detail": "a chunk is at most 1 MiB, at an offset >= 0"}, status=400)
         try:
-            size = log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data)
+            size = agent_log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data)
         except Job.DoesNotExist:
             raise Http404 from None
         except StaleAttempt:

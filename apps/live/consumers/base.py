@@ -12,9 +12,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
-from apps.jobs import live_seq
-from apps.jobs.fragments import stamp_ms
+from apps.live import seq as live_seq
 from apps.metering.accounts import user_tz
+from apps.web.jobs.fragments import stamp_ms
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=event["html"])
 
     async def live_changed(self, event: dict) -> None:
-        """A change message from :mod:`apps.jobs.live`: render what it calls for and send it, after
+        """A change message from :mod:`apps.live.push`: render what it calls for and send it, after
         its number (sent alone when there is nothing to render, so the page sees no gap)."""
         mark = _seq_mark(event)
         html = ""
@@ -140,8 +140,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=mark + html)
 
     async def live_log(self, event: dict) -> None:
-        """New log bytes (:func:`apps.jobs.live.log_chunk_added`): rendered here, no database read."""
-        from apps.jobs.fragments import render_log_chunk
+        """New log bytes (:func:`apps.live.push.log_chunk_added`): rendered here, no database read."""
+        from apps.web.jobs.fragments import render_log_chunk
 
         await self.send(text_data=_seq_mark(event) + render_log_chunk(
             event["job"], attempt=event["attempt"], offset=event["offset"], data=event["data"],

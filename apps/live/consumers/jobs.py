@@ -6,14 +6,13 @@ joins the groups of their own jobs, and only their own jobs are rendered.
 """
 from __future__ import annotations
 
-from e31site.consumers import LiveConsumer
+from apps.jobs.arrays import jobs_grouped_of
+from apps.jobs.selectors import jobs_of
+from apps.live.consumers.base import LiveConsumer
+from apps.live.push import job_group, user_group
+from apps.web.jobs.fragments import render_job_fragments, render_row, stamp_ms
 
-from .arrays import jobs_grouped_of
-from .fragments import render_job_fragments, render_row, stamp_ms
-from .live import job_group, user_group
-from .selectors import jobs_of
-
-LIST_SNAPSHOT_ROWS = 50  # the first page of "My jobs" (apps.jobs.views.JOBS_PER_PAGE)
+LIST_SNAPSHOT_ROWS = 50  # the first page of "My jobs" (apps.web.jobs.views.JOBS_PER_PAGE)
 
 
 class JobConsumer(LiveConsumer):

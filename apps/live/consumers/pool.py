@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import threading
 
-from apps.jobs.fragments import stamp_ms
-from apps.jobs.live import POOL_GROUP
-from e31site.consumers import LiveConsumer
-
-from .fragments import render_pool, render_staff
+from apps.live.consumers.base import LiveConsumer
+from apps.live.push import POOL_GROUP
+from apps.web.jobs.fragments import stamp_ms
+from apps.web.pool.fragments import render_pool, render_staff
 
 _rendered: dict[tuple, str] = {}  # (version, staff, tz) -> html: shared by this process's pool sockets
 _rendered_lock = threading.Lock()

@@ -21,12 +21,11 @@ from django import forms
 
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
-
-from .arrays import ArraySubmitted, spec_submit
-from .choices import JobKind
-from .examples import example_attachments, example_names, example_yaml
-from .models import Job
-from .spec import SpecError, load_yaml
+from apps.jobs.arrays import ArraySubmitted, spec_submit
+from apps.jobs.choices import JobKind
+from apps.jobs.examples import example_attachments, example_names, example_yaml
+from apps.jobs.models import Job
+from apps.jobs.spec import SpecError, load_yaml
 
 DATA_ROWS = 3
 DATA_ROWS_MAX = 100

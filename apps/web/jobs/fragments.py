@@ -3,7 +3,7 @@
 The job page and "My jobs" are cut into fragments, each one element with a
 stable ``id`` and a ``data-version``. A page load renders them inside the
 page; the WebSocket consumers send the same templates on connect (the
-snapshot) and :mod:`apps.jobs.live` sends them after every committed change.
+snapshot) and :mod:`apps.live.push` sends them after every committed change.
 ``static/js/live.js`` swaps a pushed fragment in only when its version is not
 older than the one shown (docs/live.md).
 
@@ -24,13 +24,14 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from apps.artifacts.services import bundles_latest
+from apps.jobs.arrays import array_counts
+from apps.jobs.choices import JobKind, JobState
+from apps.jobs.models import Job, JobArray
+from apps.jobs.prestage import staging_progress
+from apps.jobs.selectors import log_read
+from apps.jobs.spec import format_duration
 from apps.metering.display import rate_text
 from apps.metering.selectors import job_money
-
-from .choices import JobKind, JobState
-from .models import Job
-from .services import log_read
-from .spec import format_duration
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -106,7 +107,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     tail, tail_cut = log_tail(job)
     return {
         "other_ranks": range(1, job.nodes),
-        "job": job, "events": job.events.all(), "leases": leases,
+        "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
         "money": job_money(leases, timezone.now()), "steps": job_steps(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
@@ -170,8 +171,6 @@ def _array_row_once(array_id: int, *, stamp: int | None) -> str:
     if len(_array_rows_rendered) > 1000:
         _array_rows_rendered.clear()
     _array_rows_rendered[array_id] = stamp
-    from .models import JobArray
-
     array = JobArray.objects.filter(pk=array_id).first()
     return render_array_row(array, stamp=stamp) if array else ""
 
@@ -179,8 +178,6 @@ def _array_row_once(array_id: int, *, stamp: int | None) -> str:
 def array_row_context(array: Any, *, counts: Any = None, stamp: int | None = None) -> dict[str, Any]:
     """What the row of an array in "My jobs" shows: its counts by state (one aggregate query
     unless ``counts``, an :class:`apps.jobs.arrays.ArrayCounts`, is given)."""
-    from .arrays import array_counts
-
     stamp = stamp_ms() if stamp is None else stamp
     if counts is None:
         counts = array_counts([array.pk])[array.pk]

@@ -14,29 +14,18 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from apps.artifacts.http import serve_file
-from apps.artifacts.services import bundle_latest
+from apps.artifacts.http import bundle_response
+from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
+from apps.jobs.choices import JobState
+from apps.jobs.examples import example_files, example_names
+from apps.jobs.selectors import job_own_or_404, jobs_of, log_read
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.selectors import price_estimate, rate_table
-
-from .arrays import ArraySubmitted, array_cancel, array_counts, arrays_of, jobs_grouped_of
-from .choices import JobState
-from .examples import example_files, example_names
-from .forms import JobForm, new_job_form
-from .fragments import job_page_context, list_row_context, render_array_row, stamp_ms
-from .models import Job
-from .selectors import jobs_of
-from .services import job_cancel, log_read
-from .spec import SpecError, spec_to_yaml
+from apps.web.jobs.forms import JobForm, new_job_form
+from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
 
 JOBS_PER_PAGE = 50
-
-
-def _own_job(request: HttpRequest, pk: int) -> Job:
-    """The requester's job ``pk``; anyone else's answers 404, as if it did not exist."""
-    job = jobs_of(request.user).filter(pk=pk).first()
-    if job is None:
-        raise Http404("No such job.")
-    return job
 
 
 # --- pages ---------------------------------------------------------------
@@ -111,7 +100,7 @@ def job_estimate(request: HttpRequest) -> HttpResponse:
 @require_GET
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
-    job = _own_job(request, pk)
+    job = job_own_or_404(request.user, pk)
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
     })
@@ -121,7 +110,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def job_log(request: HttpRequest, pk: int) -> HttpResponse:
     """The whole log of the current attempt (or ``?attempt=N``) on rank 0 (or ``?rank=N``) as plain text."""
-    job = _own_job(request, pk)
+    job = job_own_or_404(request.user, pk)
     try:
         attempt = int(request.GET.get("attempt", job.attempt))
         rank = int(request.GET.get("rank", 0))
@@ -141,15 +130,12 @@ def job_log(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
-    job = _own_job(request, pk)
+    job = job_own_or_404(request.user, pk)
     rank = request.GET.get("rank", "0")
     # ASCII digits only: "²".isdigit() is True but int("²") raises (was a 500).
-    bundle = bundle_latest(job, rank=int(rank)) if rank.isascii() and rank.isdigit() and len(rank) < 6 else None
-    if bundle is None or not bundle.file:
+    if not (rank.isascii() and rank.isdigit() and len(rank) < 6):
         raise Http404("This job has no bundle.")
-    suffix = f"-rank{bundle.rank}" if bundle.rank else ""
-    return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz",
-                      size=bundle.size_bytes, etag=bundle.sha256)
+    return bundle_response(request, job, rank=int(rank))
 
 
 @login_required
@@ -157,7 +143,7 @@ def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
 def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """GET: a page that asks to confirm the cancel. POST: cancel the job (idempotent), then
     back to its page; asked by htmx (which confirmed in the browser), it says where to go."""
-    job = _own_job(request, pk)
+    job = job_own_or_404(request.user, pk)
     if request.method == "GET":
         if not job.is_cancellable:
             messages.info(request, f"Job {job.pk} is released already." if job.state == JobState.RELEASED
@@ -178,19 +164,11 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 # --- job arrays (apps.jobs.arrays) ------------------------------------------------
-def _own_array(request: HttpRequest, pk: int):
-    """The requester's array ``pk``; anyone else's answers 404, as if it did not exist."""
-    array = arrays_of(request.user).filter(pk=pk).first()
-    if array is None:
-        raise Http404("No such array.")
-    return array
-
-
 @login_required
 @require_GET
 def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One array: its counts by state (live), its tasks 50 a page by index (``?state=``), cancel."""
-    array = _own_array(request, pk)
+    array = array_own_or_404(request.user, pk)
     state = request.GET.get("state", "")
     tasks = array.jobs.order_by("array_index").prefetch_related("leases")
     if state in JobState.values:
@@ -202,8 +180,6 @@ def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
     for job in page:
         job.version = list_row_context(job, stamp=stamp)["version"]
     counts = array_counts([array.pk])[array.pk]
-    from .fragments import array_row_context
-
     return render(request, "jobs/array.html", {
         "section": "jobs", "page": page, "state": state, "states": JobState.choices,
         **array_row_context(array, counts=counts, stamp=stamp),
@@ -215,7 +191,7 @@ def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def array_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """GET: a page that asks to confirm. POST: cancel every task not released yet (idempotent),
     then back to the array's page."""
-    array = _own_array(request, pk)
+    array = array_own_or_404(request.user, pk)
     if request.method == "GET":
         counts = array_counts([array.pk])[array.pk]
         if not counts.active:

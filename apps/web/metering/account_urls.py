@@ -1,7 +1,7 @@
 """The user's own settings page. Mounted at ``/account/``."""
 from django.urls import path
 
-from . import views
+from apps.web.metering import views
 
 app_name = "account"
 urlpatterns = [

@@ -2,8 +2,7 @@
 from django.urls import path
 
 import e31site.converters  # noqa: F401  (registers <id:...>)
-
-from . import views
+from apps.web.metering import views
 
 app_name = "metering"
 urlpatterns = [

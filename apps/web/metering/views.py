@@ -16,17 +16,17 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from apps.jobs.selectors import jobs_of
 from apps.jobs.spec import format_duration
-
-from .accounts import profile_of, profile_set_time_zone, user_tz
-from .csvsafe import csv_write
-from .days import month_start
-from .filters import UsageFilter
-from .limits import spend_check
-from .models import Lease
-from .reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
-from .selectors import CSV_COLUMNS, usage_rows, with_line_fields
-from .statements import by_day, chart_data, statement_of
+from apps.metering.accounts import profile_of, profile_set_time_zone, user_tz
+from apps.metering.csvsafe import csv_write
+from apps.metering.days import month_start
+from apps.metering.filters import UsageFilter
+from apps.metering.limits import spend_check
+from apps.metering.models import Lease
+from apps.metering.reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
+from apps.metering.selectors import CSV_COLUMNS, usage_rows, with_line_fields
+from apps.metering.statements import by_day, chart_data, statement_of
 
 LINES_PER_PAGE = 200
 
@@ -162,8 +162,6 @@ def report_csv(request: HttpRequest) -> HttpResponse:
 @require_GET
 def receipt(request: HttpRequest, job_id: int) -> HttpResponse:
     """One of my jobs' receipt on a page of its own, laid out for printing; anyone else's is 404."""
-    from apps.jobs.selectors import jobs_of
-
     job = jobs_of(request.user).filter(pk=job_id).select_related("owner").first()
     if job is None:
         raise Http404("No such job.")

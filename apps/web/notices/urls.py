@@ -1,7 +1,7 @@
 """Notice settings page. Mounted at ``/notices/``."""
 from django.urls import path
 
-from . import views
+from apps.web.notices import views
 
 app_name = "notices"
 urlpatterns = [

@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from .forms import NoticeForm
-from .services import email_on_release, preference_set
+from apps.notices.services import email_on_release, preference_set
+from apps.web.notices.forms import NoticeForm
 
 
 @login_required

@@ -3,7 +3,7 @@
 ``pool/_live.html`` (totals and GPU models, the same for everyone) and
 ``pool/_staff.html`` (nodes and the whole queue, staff only) are each one
 element with an id and a ``data-version`` (the server's clock in ms, taken
-before the read); see :mod:`apps.jobs.fragments` for how versions are used.
+before the read); see :mod:`apps.web.jobs.fragments` for how versions are used.
 """
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from apps.jobs.fragments import stamp_ms
 from apps.jobs.selectors import jobs_queued
 from apps.metering.display import rate_text
-
-from .selectors import nodes_overview, pool_summary
+from apps.pool.selectors import nodes_overview, pool_summary
+from apps.web.jobs.fragments import stamp_ms
 
 STAFF_QUEUE_ROWS = 100  # the staff queue table shows the first 100 jobs in queue order
 

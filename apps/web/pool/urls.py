@@ -1,7 +1,7 @@
 """Browser page of the pool. Mounted at ``/pool/``."""
 from django.urls import path
 
-from . import views
+from apps.web.pool import views
 
 app_name = "pool"
 urlpatterns = [

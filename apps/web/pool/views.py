@@ -6,9 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from apps.jobs.fragments import stamp_ms
-
-from .fragments import pool_context, staff_context
+from apps.web.jobs.fragments import stamp_ms
+from apps.web.pool.fragments import pool_context, staff_context
 
 
 @login_required

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django import template
 
-from ..receipts import Receipt, job_receipt
+from apps.metering.receipts import Receipt, job_receipt
 
 register = template.Library()
 
