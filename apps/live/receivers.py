@@ -1,4 +1,5 @@
-"""The live pages' receivers of the jobs app's signals (:mod:`apps.jobs.signals`).
+"""The live pages' receivers of the jobs and pool apps' signals (:mod:`apps.jobs.signals`,
+:mod:`apps.pool.signals`).
 
 Each runs inside the sender's transaction and defers its push to the commit
 (:mod:`apps.live.push`), so a rolled-back change is never announced.
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from apps.jobs import signals
+from apps.pool import signals as pool_signals
 
 from . import push
 
@@ -42,3 +44,4 @@ def connect() -> None:
     signals.pool_changed.connect(on_pool_changed, dispatch_uid="live.pool_changed")
     signals.log_appended.connect(on_log_appended, dispatch_uid="live.log_appended")
     signals.queue_changed.connect(on_queue_changed, dispatch_uid="live.queue_changed")
+    pool_signals.pool_changed.connect(on_pool_changed, dispatch_uid="live.pool.pool_changed")

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from apps.live.push import pool_changed
 from apps.metering.services import fences_lift, node_down_record, node_up_record
 
+from . import signals
 from .choices import NodeState
 from .models import Gpu, Node, token_digest
 
@@ -64,7 +64,7 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
         )
         seen.add(gpu["index"])
     node.gpus.exclude(index__in=seen).update(present=False)
-    pool_changed()  # after commit: the pool page shows the node up with its GPUs
+    signals.pool_changed.send(sender=Node)  # the pool page shows the node up with its GPUs
     if was_down:
         node_up_record(node=node, at=now)  # the meter's record of down time (operator report)
         from .tasks import enqueue_schedule_cycle
@@ -94,7 +94,7 @@ def node_set_drain(*, node: Node, drain: bool) -> Node:
     if node.state != NodeState.DOWN:
         node.state = NodeState.DRAINING if drain else NodeState.UP
     node.save(update_fields=["drain", "state"])
-    pool_changed()
+    signals.pool_changed.send(sender=Node)
     if not drain:
         from .tasks import enqueue_schedule_cycle
 
@@ -124,6 +124,6 @@ def nodes_mark_lost() -> list[int]:
             node_down_record(node=node, at=node.last_heartbeat_at)  # the meter's record of down time
             jobs_handle_node_loss(node=node, at=node.last_heartbeat_at)
             fences_lift(node=node)  # a node declared down stops its runs itself (SPEC §6)
-            pool_changed()
+            signals.pool_changed.send(sender=Node)
             lost.append(node_id)
     return lost
