@@ -9,6 +9,6 @@ class LiveConfig(AppConfig):
     verbose_name = "Live pages"
 
     def ready(self) -> None:
-        from . import receivers
+        from . import receivers  # here, not at the top: it imports models, not loaded when apps.py is
 
         receivers.connect()

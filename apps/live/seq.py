@@ -16,6 +16,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
 
+import redis.asyncio as aioredis
 from django.conf import settings
 
 KEY_PREFIX = "e31:live:seq:"
@@ -40,8 +41,6 @@ class RedisCounter:
     """Counters in Redis, shared by every process; one client per event loop."""
 
     def __init__(self, url: str) -> None:
-        import redis.asyncio as aioredis
-
         self.client = aioredis.Redis.from_url(url, socket_timeout=5)
 
     async def incr(self, group: str) -> int:

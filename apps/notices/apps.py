@@ -6,6 +6,6 @@ class NoticesConfig(AppConfig):
     verbose_name = "Notices"
 
     def ready(self) -> None:
-        from . import receivers
+        from . import receivers  # here, not at the top: it imports models, not loaded when apps.py is
 
         receivers.connect()

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.live import seq as live_seq
 from apps.metering.accounts import user_tz
-from apps.web.jobs.fragments import stamp_ms
+from apps.web.jobs.fragments import render_log_chunk, stamp_ms
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_log(self, event: dict) -> None:
         """New log bytes (:func:`apps.live.push.log_chunk_added`): rendered here, no database read."""
-        from apps.web.jobs.fragments import render_log_chunk
-
         await self.send(text_data=_seq_mark(event) + render_log_chunk(
             event["job"], attempt=event["attempt"], offset=event["offset"], data=event["data"],
             version=event["version"]))
