@@ -29,7 +29,7 @@ from datetime import timedelta
 from django.contrib.auth.models import User
 from django.utils import timezone
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 u = User.objects.get(username='bench')
 t = job_submit(owner=u, document={spec!r})
 now = timezone.now()

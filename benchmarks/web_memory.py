@@ -104,7 +104,8 @@ def make_bundle(var_dir: Path) -> int:
         fh.truncate(BUNDLE)  # sparse: served as zeros, read fast
     code = (
         "from django.contrib.auth.models import User; from django.utils import timezone; "
-        "from apps.jobs.services import job_cancel, job_submit; from apps.artifacts.models import Bundle; "
+        "from apps.jobs.services.cancel import job_cancel; from apps.jobs.services.submit import job_submit; "
+        "from apps.artifacts.models import Bundle; "
         "u = User.objects.get(username='bench'); "
         "j = job_submit(owner=u, document={'name': 'mem', 'work': {'command': 'true'}, "
         "'compute': {'gpus': 1, 'time_limit': '1m'}, 'output': {'paths': ['out/**']}}); "

@@ -18,10 +18,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from apps.jobs.consumers import JobConsumer, JobListConsumer  # noqa: E402
-from apps.pool.consumers import PoolConsumer  # noqa: E402
+from apps.live.consumers.base import RefuseConsumer  # noqa: E402
+from apps.live.consumers.jobs import JobConsumer, JobListConsumer  # noqa: E402
+from apps.live.consumers.pool import PoolConsumer  # noqa: E402
 from e31site.bodylimit import BodyLimitMiddleware  # noqa: E402
-from e31site.consumers import RefuseConsumer  # noqa: E402
 from e31site.wsorigin import SameOriginValidator  # noqa: E402
 
 # Any other path is refused cleanly (closed before any data), never a 500.

@@ -67,6 +67,10 @@ INSTALLED_APPS = [
     "apps.artifacts",
     "apps.notices",
     "apps.tokens",
+    "apps.agent_api",
+    "apps.live",
+    "apps.web",
+    "e31site",  # wiring only; it hosts `manage.py standalone` (make run)
     "axes",  # sign-in throttling (issue 11): AXES_* below
 ]
 

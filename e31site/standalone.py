@@ -116,7 +116,7 @@ def periodic_work() -> None:
 class Beat(threading.Thread):
     """Runs :func:`periodic_work` every ``period`` seconds in this thread (its own database
     connection; pushes reach the in-memory channel layer through the server's loop,
-    :func:`apps.jobs.live.set_local_loop`), and starts again a local agent that died
+    :func:`apps.live.push.set_local_loop`), and starts again a local agent that died
     (:meth:`LocalAgents.check`)."""
 
     def __init__(self, period: float):
@@ -289,7 +289,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     HTTP and WebSockets are served by uvicorn, which hands request bodies to the
     app as they arrive (Daphne buffered each whole in memory first, daphne#483).
     """
-    from apps.jobs.live import set_local_loop
+    from apps.live.push import set_local_loop
     from apps.scheduling.cycle_loop import CycleLoop, set_runner
     from e31site.asgi import application
 

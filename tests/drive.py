@@ -14,9 +14,10 @@ import io
 import tarfile
 from typing import Any
 
+from apps.agent_api.reports import agent_log_append, agent_report
 from apps.artifacts.services import bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
-from apps.jobs.services import agent_report, job_submit, log_append
+from apps.jobs.services.submit import job_submit
 from apps.pool.models import Node
 from apps.pool.services import node_set_drain
 from apps.scheduling.adapter import schedule_cycle
@@ -104,7 +105,7 @@ class Agent:
         return self.end(exit_code, reason, files, run_s=run_s, output_s=output_s)
 
     def log(self, data: bytes, offset: int = 0) -> None:
-        log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
+        agent_log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
                    offset=offset, data=data)
 
     def bundle(self, files: dict[str, bytes]) -> bytes:

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 
 from .factories import UserFactory, spec
 

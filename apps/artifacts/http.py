@@ -12,7 +12,9 @@ import re
 from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+
+from .services import bundle_latest
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 BLOCK = 4 * 1024 * 1024
@@ -120,3 +122,21 @@ def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, eta
     resp["Accept-Ranges"] = "bytes"
     resp["Content-Disposition"] = f'attachment; filename="{filename}"'
     return resp
+
+
+def bundle_response(request: HttpRequest, job, *, rank: int = 0) -> HttpResponse:
+    """The latest verified bundle of ``job`` (any object with ``pk``, as
+    :func:`apps.artifacts.services.bundle_latest` takes) on node rank ``rank``, as
+    ``job-<id>-bundle[-rank<r>].tar.gz`` with HTTP Range support: the one download of the job
+    page and of ``GET /api/v1/jobs/{id}/bundle/``.
+
+    Raises:
+        Http404: the job has no bundle (yet) on that rank.
+    """
+    bundle = bundle_latest(job, rank=rank)
+    if bundle is None or not bundle.file:
+        raise Http404
+    suffix = f"-rank{bundle.rank}" if bundle.rank else ""
+    return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz",
+                      size=bundle.size_bytes, etag=bundle.sha256)
+

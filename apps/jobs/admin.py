@@ -1,9 +1,9 @@
 from django.contrib import admin, messages
 
 from apps.core.admin import LedgerAdmin
+from apps.jobs.services.cancel import job_cancel
 
 from .models import Job, JobArray, JobEvent
-from .services import job_cancel
 
 
 class JobEventInline(LedgerAdmin, admin.TabularInline):

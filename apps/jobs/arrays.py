@@ -24,15 +24,18 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
+from django.http import Http404
 from django.utils import timezone
 
 from apps.artifacts.models import Upload
 from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 
-from . import live
+from . import signals
 from .limits import spend_limit_enforce
 from .models import Job, JobArray, JobEvent
-from .services import _after_submit, _unsaved_job, job_cancel, job_submit, spec_validate
+from .selectors import jobs_of
+from .services.cancel import job_cancel
+from .services.submit import after_submit, job_submit, spec_validate, unsaved_job
 from .spec import SpecError, compute_request
 from .state import transition_bulk
 
@@ -64,7 +67,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         raise SpecError({"array": ["This field is required: the number of tasks."]})
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
-    first = _unsaved_job(spec, owner)  # task 0 through the ORM; the others are its copies
+    first = unsaved_job(spec, owner)  # task 0 through the ORM; the others are its copies
     first.spec = spec.model_dump(mode="json", exclude={"array"})
     first.submitted_at = now = now or first.submitted_at
     first.max_attempts = settings.E31_MAX_ATTEMPTS
@@ -81,7 +84,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         _events_submitted(array, detail=f"submitted (array {array.pk} of {size:,} tasks)")
         # One row on the owner's live "My jobs" (task 0 stands for the array), one pool
         # push and one scheduling cycle for all N.
-        _after_submit(owner.pk, [first.pk])
+        after_submit(owner.pk, [first.pk])
     return ArraySubmitted(array, job_ids)
 
 
@@ -179,11 +182,21 @@ def arrays_of(user: Any) -> QuerySet[JobArray]:
     return JobArray.objects.filter(owner=user).order_by("-submitted_at", "-id")
 
 
+def array_own_or_404(user: Any, pk: int) -> JobArray:
+    """``user``'s job array ``pk``, for a page or an API call about one array.
+
+    Raises:
+        Http404: no such array, or someone else's (answered as if it did not exist).
+    """
+    array = arrays_of(user).filter(pk=pk).first()
+    if array is None:
+        raise Http404
+    return array
+
+
 def jobs_grouped_of(user: Any) -> QuerySet[Job]:
     """The user's jobs for "My jobs": each array stands as its task 0 (a row for the array),
     other jobs as themselves; newest first. Paginate it like :func:`apps.jobs.selectors.jobs_of`."""
-    from .selectors import jobs_of
-
     return jobs_of(user).filter(Q(array__isnull=True) | Q(array_index=0))
 
 
@@ -248,7 +261,7 @@ def array_counts(array_ids: Iterable[int]) -> dict[int, ArrayCounts]:
 # --- live ----------------------------------------------------------------------
 def array_changed(array: JobArray) -> None:
     """After commit: tell the owner's live pages that the array's row changed: one message
-    naming task 0, whose row "My jobs" renders as the array's (:func:`.fragments.render_row`)."""
+    naming task 0, whose row "My jobs" renders as the array's (:func:`apps.web.jobs.fragments.render_row`)."""
     first = Job.objects.filter(array=array, array_index=0).values_list("pk", flat=True).first()
     if first is not None:
-        live.job_changed(first, array.owner_id)
+        signals.job_changed.send(sender=Job, job_id=first, owner_id=array.owner_id)

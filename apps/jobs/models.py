@@ -1,4 +1,4 @@
-"""Jobs, their timeline events, logs and the agent reports already applied."""
+"""Jobs, their timeline events and logs (the agent reports applied: :mod:`apps.agent_api.models`)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -132,16 +132,6 @@ class Job(models.Model):
     def is_cancellable(self) -> bool:
         return self.state != JobState.RELEASED and self.cancel_requested_at is None
 
-    @property
-    def staging_progress(self):
-        """Staging (rented) or pre-staging (queued) progress for the job page and API, or None.
-
-        A :class:`apps.jobs.prestage.StagingProgress`; reads the job's pre-stage rows while queued.
-        """
-        from .prestage import staging_progress
-
-        return staging_progress(self)
-
 
 class JobPrestage(models.Model):
     """A queued job's inputs fetched ahead into the cache of the node its reservation plans
@@ -218,28 +208,3 @@ class LogChunk(models.Model):
 
     def __str__(self) -> str:
         return f"log of job {self.job_id}.{self.attempt} at {self.offset}"
-
-
-class AgentReport(models.Model):
-    """A report already applied, so a report delivered twice changes nothing.
-
-    The unique constraint closes the race of two deliveries of one report
-    handled at once by two web processes: the second insert fails.
-    """
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="agent_reports")
-    attempt = models.PositiveIntegerField()
-    node_rank = models.PositiveIntegerField(default=0, help_text="Rank of the node that sent it: each rank of a "
-                                                                 "multi-node job numbers its reports from 1.")
-    seq = models.PositiveIntegerField()
-    type = models.CharField(max_length=32)
-    received_at = models.DateTimeField()
-    payload = models.JSONField(default=dict)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["job", "attempt", "node_rank", "seq"], name="agent_report_seq_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"report {self.seq} {self.type} of job {self.job_id}.{self.attempt}"

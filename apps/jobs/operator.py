@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from apps.core.choices import HOLDING, JobState
+from apps.jobs.services.cancel import job_cancel_effect
 
 from .models import Job
-from .services import job_cancel_effect
 from .state import event_add
 
 

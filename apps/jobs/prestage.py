@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from apps.core.choices import JobState
 
-from . import live
+from . import signals
 from .models import Job, JobPrestage
 
 MESSAGE_MAX = 300
@@ -106,7 +106,7 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
         wanted = list(JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
                       .values_list("job_id", flat=True))
         for job_id in changed:
-            live.job_changed(job_id)  # the job page's pre-stage line, after commit
+            signals.job_changed.send(sender=Job, job_id=job_id)  # the job page's pre-stage line
     return wanted
 
 

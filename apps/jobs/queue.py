@@ -19,7 +19,7 @@ from apps.metering.services import lease_open
 from apps.pool.models import Gpu, Node
 from apps.scheduling.ports import Hold, PositionChange, QueuedJob
 
-from .live import queue_changed
+from . import signals
 from .models import Job, JobEvent
 from .prestage import prestage_plan
 from .state import transition
@@ -93,7 +93,7 @@ class DatabaseJobQueue:
             jobs = [Job(pk=c.job_id, queue_position=c.queue_position, estimated_start_at=c.estimated_start_at,
                         pending_reason=c.pending_reason) for c in changed]
             Job.objects.bulk_update(jobs, ["queue_position", "estimated_start_at", "pending_reason"], batch_size=500)
-        queue_changed((c.owner_id, c.job_id) for c in changed)
+        signals.queue_changed.send(sender=Job, changes=[(c.owner_id, c.job_id) for c in changed])
 
     def restamp_rent(self, job_ids: Sequence[int], stamped: datetime, at: datetime) -> None:
         """Move the rent of the jobs a cycle placed from ``stamped`` (the cycle's clock read once it

@@ -11,7 +11,7 @@ from apps.artifacts.models import Upload
 from apps.metering.limits import spend_check, worst_case_of
 from apps.metering.selectors import price_estimate, rate_table
 
-from .services import spec_validate
+from .services.submit import spec_validate
 from .spec import compute_request
 
 

@@ -9,8 +9,7 @@ from apps.metering.services import fences_lift
 from apps.pool import signals as pool_signals
 from apps.pool.models import Node
 
-from . import live
-from .services import jobs_handle_node_loss
+from .services.recovery import jobs_handle_node_loss
 
 
 def on_node_lost(sender: Any, *, node: Node, at: datetime, **kwargs: Any) -> None:
@@ -20,12 +19,7 @@ def on_node_lost(sender: Any, *, node: Node, at: datetime, **kwargs: Any) -> Non
     fences_lift(node=node)
 
 
-def on_pool_changed(sender: Any, **kwargs: Any) -> None:
-    """After commit: tell the pool page (:func:`apps.jobs.live.pool_changed`)."""
-    live.pool_changed()
-
-
 def connect() -> None:
-    """Connect the receivers (idempotent: each has a dispatch uid)."""
+    """Connect the receivers (idempotent: each has a dispatch uid). The pool page's pushes are
+    :mod:`apps.live.receivers`' own."""
     pool_signals.node_lost.connect(on_node_lost, dispatch_uid="jobs.node_lost")
-    pool_signals.pool_changed.connect(on_pool_changed, dispatch_uid="jobs.pool_changed")

@@ -17,7 +17,7 @@ from django.db import transaction
 from apps.artifacts.models import Upload
 
 from .models import Job
-from .services import job_submit
+from .services.submit import job_submit
 from .spec import SpecError
 from .state import event_add
 

@@ -32,6 +32,8 @@ from apps.core.choices import JobKind
 from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES, ComputeRequest
 from apps.core.units import format_duration, gb_to_mib, parse_duration
 
+from .addresses import source_address_problem
+
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SOURCE_SCHEMES = ("https://", "s3://", "gs://", "upload:", "file://")
@@ -132,8 +134,6 @@ class DataItem(_Strict):
         if value.startswith("upload:") and not value[len("upload:"):].strip():
             raise ValueError("upload: must name an uploaded file")
         if value.startswith("https://"):
-            from .addresses import source_address_problem
-
             problem = source_address_problem(value)
             if problem:
                 raise ValueError(problem)

@@ -2,7 +2,8 @@
 
 No other code assigns ``job.state``. :func:`transition` checks the move,
 stamps the time from the server's clock, writes the timeline event and,
-after commit, tells whoever listens.
+tells whoever listens through :mod:`apps.jobs.signals` (live pages, notices), whose
+receivers act after the commit.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
+from apps.scheduling.tasks import enqueue_schedule_cycle
 
-from . import live
+from . import signals
 from .models import Job, JobEvent
 
 
@@ -27,13 +29,13 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
     """Append one event to ``job``'s timeline and bump its version.
 
     The ``event_seq`` increment is an UPDATE ... SET seq = seq + 1 so two
-    processes adding events at once never take the same seq. After commit,
-    the job's live pages get the change (:mod:`apps.jobs.live`).
+    processes adding events at once never take the same seq. Sends
+    :data:`~apps.jobs.signals.job_changed` (the live pages push it after commit, once per transaction).
     """
     at = at or timezone.now()
     Job.objects.filter(pk=job.pk).update(event_seq=F("event_seq") + 1)
     job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
-    live.job_changed(job.pk, job.owner_id)  # pushed after commit, once per transaction
+    signals.job_changed.send(sender=Job, job_id=job.pk, owner_id=job.owner_id)
     return JobEvent.objects.create(job=job, seq=job.event_seq, at=at, from_state=from_state,
                                    to_state=to_state, detail=detail[:500])
 
@@ -86,21 +88,13 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
         setattr(job, key, value)
     event_add(job, detail=detail, from_state=src, to_state=to, at=now)
     if JobState.QUEUED in (src, to) or to == JobState.RELEASED:
-        live.pool_changed()  # GPUs taken or given back, or the queue length changed
-    transaction.on_commit(lambda: _after_commit(job.pk, src, to))
-    return job
-
-
-def _after_commit(job_id: int, src: str, to: str) -> None:
-    """Hooks that run once a state change is durable."""
-    from apps.notices.tasks import enqueue_release_email
-    from apps.scheduling.tasks import enqueue_schedule_cycle
-
+        signals.pool_changed.send(sender=Job)  # GPUs taken or given back, or the queue length changed
     if to in (JobState.QUEUED, JobState.RELEASED):
-        # A job joins the queue or GPUs come back: the plan may change.
+        # A job joins the queue or GPUs come back: the plan may change (asked after commit).
         enqueue_schedule_cycle()
     if to == JobState.RELEASED:
-        enqueue_release_email(job_id)
+        signals.job_released.send(sender=Job, job_id=job.pk)  # the owner's e-mail, after commit
+    return job
 
 
 @transaction.atomic
@@ -132,9 +126,7 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
     Job.objects.filter(pk__in=ids).update(event_seq=F("event_seq") + 1, **values)
     JobEvent.objects.bulk_create([JobEvent(job_id=pk, seq=seq + 1, at=now, from_state=src, to_state=to,
                                            detail=detail[:500]) for pk, seq in rows], batch_size=2000)
-    live.pool_changed()
+    signals.pool_changed.send(sender=Job)
     if to in (JobState.QUEUED, JobState.RELEASED):
-        from apps.scheduling.tasks import enqueue_schedule_cycle
-
         enqueue_schedule_cycle()  # one cycle for all of them
     return ids

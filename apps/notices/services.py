@@ -8,6 +8,9 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 
+from apps.core.choices import JobState
+from apps.jobs.models import Job
+
 from .models import NoticePreference, NoticeSent
 
 log = logging.getLogger(__name__)
@@ -34,9 +37,6 @@ def release_email_send(*, job_id: int) -> bool:
     transaction). Raises what the mail backend raises (the claim is then
     rolled back, so a retry may send).
     """
-    from apps.core.choices import JobState
-    from apps.jobs.models import Job
-
     job = Job.objects.select_related("owner").filter(pk=job_id, state=JobState.RELEASED).first()
     if job is None or not job.owner.email or not email_on_release(job.owner):
         return False

@@ -5,15 +5,15 @@ import logging
 
 from celery import shared_task
 
+from . import services
+
 log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
 def release_email_task(job_id: int) -> None:
     """Send the release e-mail of job ``job_id`` if its owner wants one."""
-    from .services import release_email_send
-
-    release_email_send(job_id=job_id)
+    services.release_email_send(job_id=job_id)
 
 
 def enqueue_release_email(job_id: int) -> None:

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import connections
 from django.urls import reverse
 
-from apps.jobs import live
 from apps.jobs.models import Job
-from apps.jobs.services import job_cancel
+from apps.jobs.services.cancel import job_cancel
+from apps.live import push as live
 from apps.pool.models import Node
 from devstack import LocalStack
 from tests.e2e.conftest import database_url

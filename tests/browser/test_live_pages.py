@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 
 from apps.jobs.models import Job
-from apps.jobs.services import log_read
+from apps.jobs.selectors import log_read
 from apps.pool.models import Node
 from apps.pool.services import node_set_drain
 from apps.scheduling.adapter import schedule_cycle

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from apps.jobs.models import AgentReport
+from apps.agent_api.models import AgentReport
 from apps.metering.models import Lease
 from tests.factories import UserFactory
 

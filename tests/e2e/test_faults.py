@@ -23,7 +23,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from apps.jobs.models import AgentReport, Job, JobEvent, LogChunk
+from apps.agent_api.models import AgentReport
+from apps.jobs.models import Job, JobEvent, LogChunk
 from apps.metering.models import Lease
 from apps.pool.models import Node
 from devstack import LocalStack

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from apps.jobs.models import AgentReport, Job
+from apps.agent_api.models import AgentReport
+from apps.jobs.models import Job
 from apps.metering.models import Lease
 from tests.e2e.test_faults import state_of, submit, wait_until
 from tests.e2e.test_five_steps import check_meter, token_client

@@ -6,10 +6,10 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from apps.agent_api.selectors import agent_work_for
 from apps.core.models import AccountProfile
 from apps.jobs.arrays import array_cancel, array_submit
 from apps.jobs.models import Job, JobArray, JobEvent
-from apps.pool.selectors import agent_work_for
 from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent

@@ -1,10 +1,12 @@
 """Multi-node jobs through the report service: each rank's reports count, the gang ends as one."""
 import pytest
 
-from apps.jobs.models import AgentReport, Job
-from apps.jobs.services import agent_report, gang_stops_for, job_submit
+from apps.agent_api.models import AgentReport
+from apps.agent_api.reports import agent_report
+from apps.agent_api.selectors import gang_stops_for, work_with_gang_stops
+from apps.jobs.models import Job
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
-from apps.pool.api.views import work_with_gang_stops
 
 from ..factories import spec
 
@@ -64,14 +66,14 @@ def test_a_failed_rank_stops_the_others_and_the_gang_ends_as_one(gang):
 
 
 def test_each_rank_keeps_a_log_of_its_own(gang, api):
-    from apps.jobs.services import log_append
+    from apps.agent_api.reports import agent_log_append
     job, (r0, r1) = gang
     for rank in (r0, r1):
         rank.say("accepted")
-    log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")
-    log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 1 line 1\n")
-    log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=14, data=b"rank 1 line 2\n")
-    log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")  # again
+    agent_log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")
+    agent_log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 1 line 1\n")
+    agent_log_append(node=r1.lease.node, job_id=job.pk, attempt=1, offset=14, data=b"rank 1 line 2\n")
+    agent_log_append(node=r0.lease.node, job_id=job.pk, attempt=1, offset=0, data=b"rank 0 line 1\n")  # again
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/").content == b"rank 0 line 1\n"
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=1").content == b"rank 1 line 1\nrank 1 line 2\n"
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/?rank=2").status_code == 400

@@ -2,15 +2,13 @@
 
 import pytest
 
+from apps.agent_api.reports import agent_report
 from apps.core.choices import JobState
 from apps.jobs.models import Job
-from apps.jobs.services import (
-    agent_report,
-    job_cancel,
-    job_submit,
-    jobs_enforce_time_limits,
-    jobs_reconcile_heartbeat,
-)
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.services.limits import jobs_enforce_time_limits
+from apps.jobs.services.recovery import jobs_reconcile_heartbeat
+from apps.jobs.services.submit import job_submit
 from apps.jobs.state import TransitionError, transition
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Node
@@ -67,7 +65,7 @@ def test_cancelling_a_running_job_stops_through_the_agent_and_bills_to_the_stop(
     agent.say("accepted")
     agent.say("running")
     job_cancel(job=agent.job)
-    from apps.pool.selectors import agent_work_for
+    from apps.agent_api.selectors import agent_work_for
 
     assert agent_work_for(agent.lease.node)["cancel"] == [{"job_id": agent.job.pk, "attempt": 1}]
     agent.say("exited", exit_code=-15, reason="cancelled")

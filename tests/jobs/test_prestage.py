@@ -5,13 +5,15 @@ import pytest
 from django.core.files.base import ContentFile
 from rest_framework.test import APIClient
 
+from apps.agent_api.reports import agent_report
+from apps.agent_api.selectors import agent_work_for
 from apps.artifacts.services import upload_create
 from apps.jobs.models import Job, JobPrestage
-from apps.jobs.prestage import prestage_mark_offered
-from apps.jobs.services import agent_report, job_cancel, job_submit
+from apps.jobs.prestage import prestage_mark_offered, staging_progress
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
 from apps.pool.models import Node
-from apps.pool.selectors import agent_work_for
 from apps.pool.services import node_token_issue
 from apps.scheduling.adapter import schedule_cycle
 
@@ -145,7 +147,8 @@ def test_downloads_on_the_meter_are_counted_as_staging_seconds(frozen_clock, own
     _say(lease, 3, "staging", bytes_done=5000, bytes_total=5000, bytes_fetched=5000, bytes_cached=0)
     job.refresh_from_db()
     assert job.staging_rate_bps == 4000 / 7  # bytes per second since the last staging report
-    assert job.staging_progress.phase == "staging" and job.staging_progress.percent == 100
+    progress = staging_progress(job)
+    assert progress.phase == "staging" and progress.percent == 100
     frozen_clock.advance(1.5)
     _say(lease, 4, "running", pid=1)
     lease.refresh_from_db()

@@ -4,7 +4,7 @@ import pytest
 
 from apps.jobs.arrays import array_submit
 from apps.jobs.queue import DatabaseJobQueue
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 from apps.scheduling.ports import job_queue
 
 from ..factories import UserFactory, node_with_gpus, spec

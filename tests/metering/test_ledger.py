@@ -4,8 +4,9 @@ from decimal import Decimal
 
 import pytest
 
+from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
-from apps.jobs.services import agent_report, job_submit
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import GpuRate, Lease, LeaseGpu
 from apps.metering.receipts import job_receipt
 from apps.metering.services import leases_end_lost, leases_release, leases_stop

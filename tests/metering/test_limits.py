@@ -8,7 +8,7 @@ from django.test import Client
 from apps.core.models import AccountProfile
 from apps.core.types import ComputeRequest
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 from apps.jobs.spec import compute_request
 from apps.metering.limits import spend_check, worst_case_of
 from apps.scheduling.adapter import schedule_cycle

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
-from apps.jobs.services import agent_report, job_submit
+from apps.jobs.services.submit import job_submit
 from apps.metering import billing
 from apps.metering.models import Lease
 from apps.metering.services import leases_seen
@@ -105,7 +106,7 @@ def test_the_time_limit_still_caps_the_end(placed):
 
 
 def test_elapsed_must_be_seconds(api, placed):
-    from apps.pool.api.serializers import ReportSerializer
+    from apps.agent_api.api.serializers import ReportSerializer
 
     bad = ReportSerializer(data={"attempt": 1, "seq": 1, "type": "exited", "exit_code": 0, "reason": "exit",
                                  "elapsed_s": -1})

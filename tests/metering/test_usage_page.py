@@ -159,7 +159,7 @@ def test_the_usage_api_uses_the_users_time_zone(frozen_clock, user):
 
 
 def test_the_table_is_paged_and_the_totals_and_csv_cover_every_row(frozen_clock, web, user, settings):
-    from apps.metering import views
+    from apps.web.metering import views
 
     node = node_with_gpus("n1", count=1)
     t = datetime(2025, 8, 1, tzinfo=UTC)

@@ -6,7 +6,8 @@ import time
 import pytest
 from django.core import mail
 
-from apps.jobs.services import job_cancel, job_submit
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.services.submit import job_submit
 from apps.notices.models import NoticeSent
 from apps.notices.services import preference_set, release_email_send
 

@@ -5,7 +5,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Gpu
 from apps.scheduling.adapter import schedule_cycle

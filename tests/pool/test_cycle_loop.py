@@ -70,7 +70,7 @@ def test_the_loop_coalesces_asks_that_come_while_a_cycle_runs():
 
 @pytest.mark.django_db
 def test_an_estimate_moving_less_than_a_minute_is_not_rewritten(owner, pool):
-    from apps.jobs.services import job_submit
+    from apps.jobs.services.submit import job_submit
 
     whole = {"gpus": 4, "gpu_model": ["H100"], "time_limit": "1h"}
     job_submit(owner=owner, document=spec(compute=whole))

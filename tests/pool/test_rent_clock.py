@@ -12,10 +12,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.agent_api.selectors import agent_work_for
 from apps.jobs.models import JobEvent
-from apps.jobs.services import job_submit
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
-from apps.pool.selectors import agent_work_for
 from apps.scheduling.adapter import schedule_cycle
 
 from ..e2e.conftest import database_url

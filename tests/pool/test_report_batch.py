@@ -9,9 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from apps.jobs import services
-from apps.jobs.models import AgentReport, Job
-from apps.jobs.services import job_submit
+from apps.agent_api import reports
+from apps.agent_api.models import AgentReport
+from apps.jobs.models import Job
+from apps.jobs.services.recovery import jobs_reconcile_heartbeat
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
 
 from ..factories import spec
@@ -121,9 +123,9 @@ def test_a_batch_that_partly_fails_loses_and_doubles_nothing(frozen_clock, owner
     batch(agent, item(stranger, 1, "accepted"))
     frozen_clock.advance(1)
     node = Lease.objects.get(job=stranger).node  # its agent restarted and no longer lists it
-    assert services.jobs_reconcile_heartbeat(node=node, running=[], min_age_s=0) == 1
+    assert jobs_reconcile_heartbeat(node=node, running=[], min_age_s=0) == 1
     assert Job.objects.get(pk=stranger.pk).attempt == 2
-    real = services._HANDLERS["running"]
+    real = reports._HANDLERS["running"]
     calls = {"n": 0}
 
     def flaky(job, lease, report, now):
@@ -132,7 +134,7 @@ def test_a_batch_that_partly_fails_loses_and_doubles_nothing(frozen_clock, owner
             raise RuntimeError("database hiccup")
         real(job, lease, report, now)
 
-    monkeypatch.setitem(services._HANDLERS, "running", flaky)
+    monkeypatch.setitem(reports._HANDLERS, "running", flaky)
     items = [item(one, 1, "running"), item(two, 1, "running"), item(two, 2, "finished", exited={
         "exit_code": 0, "reason": "exit"}), item(three, 1, "running", pid="x"), {**item(stranger, 2, "running")},
         {"job_id": 999999, "attempt": 1, "seq": 1, "type": "running"}, item(three, 2, "running")]

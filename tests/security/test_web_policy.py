@@ -53,7 +53,7 @@ def test_the_usage_csv_escapes_a_formula_job_name(owner, api, pool):
     resp = api.post("/api/v1/jobs/", spec(name="=cmd|' /C calc'!A0"), format="json")
     assert resp.status_code == 201, resp.json()
     from apps.jobs.models import Job
-    from apps.jobs.services import job_cancel
+    from apps.jobs.services.cancel import job_cancel
     job_cancel(job=Job.objects.get(pk=resp.json()["id"]))
     for body in (api.get("/api/v1/usage/?format=csv").content.decode(),):
         cells = [c for row in csv.reader(io.StringIO(body)) for c in row]

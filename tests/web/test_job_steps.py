@@ -4,11 +4,12 @@ from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from apps.artifacts.services import upload_create
-from apps.jobs.fragments import job_steps
 from apps.jobs.models import Job
-from apps.jobs.services import job_cancel, jobs_handle_node_loss
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.services.recovery import jobs_handle_node_loss
 from apps.jobs.sources import source_words
 from apps.scheduling.adapter import schedule_cycle
+from apps.web.jobs.fragments import job_steps
 
 from .factories import Agent, finished_job, queued_job, rented_job
 

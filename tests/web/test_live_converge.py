@@ -19,8 +19,8 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import reverse
 
-from apps.jobs import live
-from apps.jobs.services import job_cancel
+from apps.jobs.services.cancel import job_cancel
+from apps.live import push as live
 from tests.drive import pool_drain
 
 from .factories import UserFactory, queued_job

@@ -22,8 +22,6 @@ class YAMLParser(BaseParser):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            from ..spec import SpecError
-
             raise SpecError({"spec": ["Is not UTF-8 text."]}) from None
         return load_yaml(text)
 

@@ -8,7 +8,9 @@ from rest_framework import serializers
 from apps.artifacts.services import bundles_latest
 from apps.metering.selectors import Money, job_money
 
+from ..arrays import array_counts
 from ..models import Job, JobArray, JobEvent
+from ..prestage import staging_progress
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -76,7 +78,7 @@ class JobSerializer(serializers.ModelSerializer):
     def get_staging(self, job: Job) -> dict | None:
         """Inputs on their way: ``{"phase": "staging"|"prestage", "bytes_done", "bytes_total",
         "rate_bytes_per_s", "percent", "nodes", "state", "message"}`` (bytes, bytes/s), else null."""
-        progress = job.staging_progress if job.state in ("queued", "rented") else None
+        progress = staging_progress(job) if job.state in ("queued", "rented") else None
         return progress.to_json() if progress else None
 
     def get_url(self, job: Job) -> str:
@@ -118,8 +120,6 @@ class ArraySerializer(serializers.ModelSerializer):
 
     def get_counts(self, array: JobArray) -> dict:
         """``{"queued", "rented", "running", "output", "released": n, "outcomes": {outcome: n}}``."""
-        from ..arrays import array_counts
-
         counts = self.context.get("counts") or {}
         if array.pk not in counts:
             counts = array_counts([array.pk])

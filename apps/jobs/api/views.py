@@ -1,11 +1,7 @@
 """The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from django.http import Http404, HttpResponse
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
@@ -14,30 +10,26 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.artifacts.http import serve_file
-from apps.artifacts.services import bundle_latest, upload_create, uploads_from_files
+from apps.artifacts.http import bundle_response
+from apps.artifacts.services import uploads_from_files
 from apps.core.choices import JobState
 from apps.jobs.quotes import job_quote
-from apps.metering.accounts import user_tz
-from apps.metering.csvsafe import csv_response
-from apps.metering.selectors import CSV_COLUMNS, pool_summary, usage_leases, usage_records, usage_rows
-from apps.metering.statements import statement_of
 
-from ..arrays import ArrayCounts, ArraySubmitted, array_cancel, array_counts, arrays_of, spec_submit
+from ..arrays import (
+    ArrayCounts,
+    ArraySubmitted,
+    array_cancel,
+    array_counts,
+    array_own_or_404,
+    arrays_of,
+    spec_submit,
+)
 from ..rerun import job_rerun
-from ..selectors import jobs_of
-from ..services import CancelEffect, job_cancel_effect, log_read
+from ..selectors import job_own_or_404, jobs_of, log_read
+from ..services.cancel import CancelEffect, job_cancel_effect
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .serializers import ArraySerializer, JobEventSerializer, JobSerializer
-
-
-def _own_job(request, pk: int):
-    """The requester's job ``pk``; anyone else's answers 404, as if it did not exist."""
-    job = jobs_of(request.user).filter(pk=pk).first()
-    if job is None:
-        raise Http404
-    return job
 
 
 def _int_param(request, name: str, default: int) -> int:
@@ -106,7 +98,7 @@ class JobListCreateView(generics.ListAPIView):
 class JobDetailView(APIView):
     @extend_schema(responses=JobSerializer)
     def get(self, request, pk: int):
-        return Response(JobSerializer(_own_job(request, pk), context={"request": request}).data)
+        return Response(JobSerializer(job_own_or_404(request.user, pk), context={"request": request}).data)
 
 
 CANCEL_DETAIL = {
@@ -123,7 +115,7 @@ class JobCancelView(APIView):
                    description="Cancel a job. The answer is the job plus `cancel`: `effect` (released, stopping, "
                                "already_stopping, already_released) and `detail` in words.")
     def post(self, request, pk: int):
-        job, effect = job_cancel_effect(job=_own_job(request, pk), by=request.user)
+        job, effect = job_cancel_effect(job=job_own_or_404(request.user, pk), by=request.user)
         data = JobSerializer(job, context={"request": request}).data
         return Response({**data, "cancel": {"effect": effect.value, "detail": CANCEL_DETAIL[effect]}})
 
@@ -134,7 +126,7 @@ class JobRerunView(APIView):
                                "owned by you; a task of an array is re-run as one job. 400 naming "
                                "`data[i].source` when an uploaded file is no longer kept.")
     def post(self, request, pk: int):
-        job = job_rerun(job=_own_job(request, pk), by=request.user)
+        job = job_rerun(job=job_own_or_404(request.user, pk), by=request.user)
         data = JobSerializer(job, context={"request": request}).data
         return Response({**data, "rerun_of": pk}, status=status.HTTP_201_CREATED)
 
@@ -142,7 +134,7 @@ class JobRerunView(APIView):
 class JobEventsView(APIView):
     @extend_schema(responses=JobEventSerializer(many=True))
     def get(self, request, pk: int):
-        job = _own_job(request, pk)
+        job = job_own_or_404(request.user, pk)
         return Response(JobEventSerializer(job.events.all(), many=True).data)
 
 
@@ -155,7 +147,7 @@ class JobLogsView(APIView):
                     "Each node rank of a multi-node job has its own log.",
     )
     def get(self, request, pk: int):
-        job = _own_job(request, pk)
+        job = job_own_or_404(request.user, pk)
         offset = _int_param(request, "offset", 0)
         attempt = _int_param(request, "attempt", job.attempt)
         if offset < 0:
@@ -179,78 +171,7 @@ class JobBundleView(APIView):
     @extend_schema(parameters=[OpenApiParameter("rank", int, description="node rank of a multi-node job")],
                    responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int):
-        job = _own_job(request, pk)
-        bundle = bundle_latest(job, rank=_int_param(request, "rank", 0))
-        if bundle is None or not bundle.file:
-            raise Http404
-        suffix = f"-rank{bundle.rank}" if bundle.rank else ""
-        return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz", size=bundle.size_bytes,
-                          etag=bundle.sha256)
-
-
-def parse_when(value: str | None, field: str) -> datetime | None:
-    """An ISO date or datetime from a query parameter (dates are midnight in the current zone)."""
-    if not value:
-        return None
-    try:
-        dt = parse_datetime(value)
-        if dt is None:
-            d = parse_date(value) if len(value) == 10 else None
-            if d is None:
-                raise ValueError
-            dt = datetime(d.year, d.month, d.day)
-        if timezone.is_naive(dt):
-            dt = timezone.make_aware(dt)
-        dt.astimezone(UTC)  # an offset that cannot be applied fails here, not in the query
-    except (ValueError, OverflowError):
-        raise ValidationError({field: ["Must be a real ISO 8601 date or date-time, e.g. 2025-01-31."]}) from None
-    return dt
-
-
-class UsageView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
-                               OpenApiParameter("format", str, enum=["json", "csv"])])
-    def get(self, request):
-        tz = user_tz(request.user)  # token auth runs after the time zone middleware: the account's zone here
-        with timezone.override(tz):  # naive times and plain dates are the account's, as on the page
-            start = parse_when(request.query_params.get("from"), "from")
-            end = parse_when(request.query_params.get("to"), "to")
-        leases = list(usage_leases(user=request.user, start=start, end=end))
-        statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
-        if request.query_params.get("format") == "csv":
-            return csv_response("e31-usage.csv", CSV_COLUMNS, usage_rows(statement, tz))
-        return Response({
-            "leases": usage_records(statement, tz),
-            "totals": {"leases": statement.leases, "billed_seconds": statement.billed_seconds,
-                       "gpu_hours_billed": str(statement.gpu_hours_billed), "cost": f"{statement.cost:.6f}"},
-        })
-
-
-class PoolView(APIView):
-    @extend_schema(responses=inline_serializer("PoolModel", {
-        "gpu_model": serializers.CharField(), "total": serializers.IntegerField(),
-        "free": serializers.IntegerField(), "nodes": serializers.IntegerField(),
-        "rate_per_gpu_hour": serializers.DecimalField(max_digits=10, decimal_places=4)}, many=True))
-    def get(self, request):
-        return Response([{**row, "rate_per_gpu_hour": str(row["rate_per_gpu_hour"])} for row in pool_summary()])
-
-
-class UploadView(APIView):
-    parser_classes = [MultiPartParser]
-
-    @extend_schema(request={"multipart/form-data": {"type": "object", "properties": {
-        "file": {"type": "string", "format": "binary"}}}},
-        responses={201: OpenApiTypes.OBJECT}, description="Upload an input file; use `upload:<id>` in a spec.")
-    def post(self, request):
-        f = request.FILES.get("file")
-        if f is None:
-            raise ValidationError({"file": ["This field is required."]})
-        try:
-            upload = upload_create(owner=request.user, name=f.name, fileobj=f)
-        except ValueError as exc:
-            raise ValidationError({"file": [str(exc)]}) from None
-        return Response({"id": str(upload.id), "name": upload.name, "size_bytes": upload.size_bytes,
-                         "sha256": upload.sha256, "source": upload.source}, status=201)
+        return bundle_response(request, job_own_or_404(request.user, pk), rank=_int_param(request, "rank", 0))
 
 
 # --- job arrays (apps.jobs.arrays) ------------------------------------------------
@@ -261,14 +182,6 @@ def array_submitted_json(submitted: ArraySubmitted, request) -> dict:
     counts = {array.pk: ArrayCounts({JobState.QUEUED: array.size}, {})}  # all just queued: no query
     data = ArraySerializer(array, context={"request": request, "counts": counts}).data
     return {"array_id": array.pk, **data, "job_ids": submitted.job_ids}
-
-
-def _own_array(request, pk: int):
-    """The requester's array ``pk``; anyone else's answers 404, as if it did not exist."""
-    array = arrays_of(request.user).filter(pk=pk).first()
-    if array is None:
-        raise Http404
-    return array
 
 
 class ArrayListView(generics.ListAPIView):
@@ -289,7 +202,7 @@ class ArrayListView(generics.ListAPIView):
 class ArrayDetailView(APIView):
     @extend_schema(responses=ArraySerializer)
     def get(self, request, pk: int):
-        return Response(ArraySerializer(_own_array(request, pk), context={"request": request}).data)
+        return Response(ArraySerializer(array_own_or_404(request.user, pk), context={"request": request}).data)
 
 
 class ArrayCancelView(APIView):
@@ -299,7 +212,7 @@ class ArrayCancelView(APIView):
         description="Cancel every task of the array not released yet (idempotent): queued tasks are "
                     "released at once, running ones stopped by their nodes.")
     def post(self, request, pk: int):
-        array = _own_array(request, pk)
+        array = array_own_or_404(request.user, pk)
         done = array_cancel(array=array, by=request.user)
         return Response({"released": done.released, "stopping": done.stopping,
                          "array": ArraySerializer(array, context={"request": request}).data})

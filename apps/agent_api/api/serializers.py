@@ -1,0 +1,271 @@
+"""What agents send and what they are answered: inventory, heartbeats, work, reports, logs,
+bundles (docs/agent-protocol.md). The words and codes are :mod:`e31_protocol`'s; the answer
+serializers (``...AnswerSerializer``) document the answers in the OpenAPI schema."""
+from __future__ import annotations
+
+from e31_protocol import (
+    MESSAGE_MAX,
+    REPORTS_PER_BATCH_MAX,
+    ErrorCode,
+    ExitReason,
+    FinishCode,
+    HealthSource,
+    NodeState,
+    ReportType,
+)
+from rest_framework import serializers
+
+from apps.agent_api.api.bounds import BIGINT_MAX, INT_MAX
+
+
+class GpuInSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=100)
+    model = serializers.CharField(max_length=64)
+    memory_mb = serializers.IntegerField(min_value=1, max_value=10_000_000)
+
+
+class RegisterSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=255)
+    agent_version = serializers.CharField(max_length=32, required=False, default="")
+    gpus = GpuInSerializer(many=True, max_length=1024)
+    cpus = serializers.IntegerField(min_value=0, max_value=1_000_000)
+    memory_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
+    disk_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, default=0)
+    runtimes = serializers.ListField(child=serializers.CharField(max_length=32), max_length=10, required=False,
+                                     default=list)
+    simulated = serializers.BooleanField(required=False, default=False)
+    sandboxed = serializers.BooleanField(required=False, default=False)
+
+    def validate_gpus(self, value: list[dict]) -> list[dict]:
+        indexes = [g["index"] for g in value]
+        if len(set(indexes)) != len(indexes):
+            raise serializers.ValidationError("GPU indexes must be unique")
+        return value
+
+
+class AttemptRefSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(max_value=BIGINT_MAX, min_value=1)
+    attempt = serializers.IntegerField(max_value=INT_MAX, min_value=1)
+
+
+class GpuHealthSerializer(serializers.Serializer):
+    """One GPU's health as the agent read it from NVML (None: could not be read)."""
+
+    uuid = serializers.CharField(max_length=100)
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    temperature_c = serializers.IntegerField(min_value=-100, max_value=300, required=False, allow_null=True)
+    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, required=False, allow_null=True)
+    memory_used_mb = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+    ecc_corrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+
+
+class HealthSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=[s.value for s in HealthSource], required=False,
+                                     default=HealthSource.NONE.value)
+    gpus = GpuHealthSerializer(many=True, max_length=1024, required=False, default=list)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    running = AttemptRefSerializer(many=True, required=False, default=list)
+    health = HealthSerializer(required=False)
+
+
+EXIT_REASONS = [r.value for r in ExitReason]
+ELAPSED_MAX_S = 10**8  # seconds; far past any time limit
+
+
+def elapsed_field() -> serializers.FloatField:
+    """``elapsed_s``: seconds on the agent's monotonic clock from its accept of the assignment to
+    the moment reported (the run's end on ``exited``, its start on ``running``); SPEC §4."""
+    return serializers.FloatField(required=False, min_value=0, max_value=ELAPSED_MAX_S)
+
+
+def _finite(attrs: dict) -> dict:
+    value = attrs.get("elapsed_s")
+    if value is not None and value != value:  # NaN passes min/max checks
+        raise serializers.ValidationError({"elapsed_s": ["Must be a number of seconds."]})
+    return attrs
+
+
+class ExitedSerializer(serializers.Serializer):
+    """The ``exited`` a ``finished`` report stands for too (folded, protocol v2)."""
+
+    exit_code = serializers.IntegerField(allow_null=True, min_value=-255, max_value=255)
+    reason = serializers.ChoiceField(choices=EXIT_REASONS)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=MESSAGE_MAX)
+    elapsed_s = elapsed_field()
+
+    def validate(self, attrs: dict) -> dict:
+        return _finite(attrs)
+
+
+class ReportSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(max_value=INT_MAX, min_value=1)
+    seq = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    type = serializers.ChoiceField(choices=[t.value for t in ReportType])
+    exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
+    reason = serializers.ChoiceField(choices=EXIT_REASONS, required=False)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=MESSAGE_MAX)
+    # on "finished" (protocol v3): what went wrong with the outputs; the server acts on it, never on message
+    code = serializers.ChoiceField(choices=[c.value for c in FinishCode], required=False)
+    bytes_done = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    bytes_total = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0, allow_null=True)
+    # downloaded on the meter; linked in from the node's cache
+    bytes_fetched = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    bytes_cached = serializers.IntegerField(max_value=BIGINT_MAX, required=False, min_value=0)
+    pid = serializers.IntegerField(max_value=INT_MAX, required=False)
+    exited = ExitedSerializer(required=False)  # only on "finished": the exited it folds in
+    elapsed_s = elapsed_field()  # on "running" and "exited"
+
+    def validate(self, attrs: dict) -> dict:
+        _finite(attrs)
+        if "exited" in attrs:
+            if attrs["type"] != ReportType.FINISHED:
+                raise serializers.ValidationError({"exited": ["Only a finished report may carry exited."]})
+            attrs["exited"] = dict(attrs["exited"])
+        if "code" in attrs and attrs["type"] != ReportType.FINISHED:
+            raise serializers.ValidationError({"code": ["Only a finished report may carry a code."]})
+        return attrs
+
+
+class BatchReportSerializer(ReportSerializer):
+    """One report of a batch: a report as above, with the job it is about."""
+
+    job_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
+
+
+class ReportBatchSerializer(serializers.Serializer):
+    """The envelope of ``POST reports/``; each item is validated on its own (one bad item is
+    answered 400 alone)."""
+
+    reports = serializers.ListField(child=serializers.DictField(), min_length=1, max_length=REPORTS_PER_BATCH_MAX)
+
+
+class ManifestFileSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=1000)
+    size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
+    offset = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False,
+                                      help_text="Where the file's bytes start in the archive (the server finds "
+                                                "and stores its own; this one is informative).")
+
+
+class BundleCompleteSerializer(serializers.Serializer):
+    size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
+    files = ManifestFileSerializer(many=True, max_length=100_000)
+
+
+class ReportBatchRequestSerializer(serializers.Serializer):
+    """``POST reports/`` as the schema shows it (the view validates each item on its own)."""
+
+    reports = BatchReportSerializer(many=True, min_length=1, max_length=REPORTS_PER_BATCH_MAX)
+
+
+# -- answers (OpenAPI only: the views build them as dicts) ----------------------------------
+
+
+class ErrorAnswerSerializer(serializers.Serializer):
+    """A refusal: ``detail`` for people, ``code`` for programs (protocol v3; match ``code``, never
+    ``detail``)."""
+
+    detail = serializers.CharField()
+    code = serializers.ChoiceField(choices=[c.value for c in ErrorCode], required=False)
+
+
+class BundleErrorAnswerSerializer(ErrorAnswerSerializer):
+    received_bytes = serializers.IntegerField(help_text="Bytes of the bundle the server holds: go on from there.")
+
+
+class RegisterAnswerSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    heartbeat_interval_s = serializers.FloatField()
+    poll_wait_s = serializers.FloatField()
+    node_loss_timeout_s = serializers.FloatField()
+    running = AttemptRefSerializer(many=True)
+    protocol_version = serializers.IntegerField(help_text="The agent protocol version the server speaks.")
+
+
+class HeartbeatAnswerSerializer(serializers.Serializer):
+    cancel = AttemptRefSerializer(many=True)
+    state = serializers.ChoiceField(choices=[s.value for s in NodeState])
+
+
+class AssignedGpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+
+
+class AssignmentSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    lease_id = serializers.IntegerField()
+    gpus = AssignedGpuSerializer(many=True)
+    time_limit_s = serializers.IntegerField()
+    deadline_in_s = serializers.FloatField(help_text="Seconds left until rented_at + time limit (server clock).")
+    grace_s = serializers.FloatField()
+    env = serializers.DictField(child=serializers.CharField())
+    spec = serializers.DictField(help_text="The validated job spec, normalised (SPEC §2).")
+    output_max_bytes = serializers.IntegerField()
+    array_index = serializers.IntegerField(allow_null=True)
+    array_size = serializers.IntegerField(allow_null=True)
+
+
+class DataInputSerializer(serializers.Serializer):
+    source = serializers.CharField()
+    target = serializers.CharField()
+    sha256 = serializers.CharField(allow_null=True, required=False)
+    extract = serializers.BooleanField(required=False)
+
+
+class PrestageOfferSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    new = serializers.BooleanField()
+    data = DataInputSerializer(many=True)
+
+
+class WorkAnswerSerializer(serializers.Serializer):
+    assignments = AssignmentSerializer(many=True)
+    cancel = AttemptRefSerializer(many=True)
+    prestage = PrestageOfferSerializer(many=True)
+
+
+class ReportAnswerSerializer(serializers.Serializer):
+    duplicate = serializers.BooleanField(help_text="True: this (job, attempt, rank, seq) was applied before.")
+
+
+class ReportResultSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(allow_null=True)
+    seq = serializers.IntegerField(allow_null=True)
+    status = serializers.IntegerField(help_text="What the single call would have answered: 200, 400, 404, 409, "
+                                                "500, 503 (not applied: send it again).")
+    duplicate = serializers.BooleanField(required=False)
+    detail = serializers.CharField(required=False)
+    code = serializers.ChoiceField(choices=[c.value for c in ErrorCode], required=False)
+    errors = serializers.DictField(required=False)
+
+
+class ReportBatchAnswerSerializer(serializers.Serializer):
+    results = ReportResultSerializer(many=True)
+
+
+class LogAnswerSerializer(serializers.Serializer):
+    size = serializers.IntegerField(help_text="Bytes of the log the server holds (below offset + chunk: its cap).")
+
+
+class BundleStatusAnswerSerializer(serializers.Serializer):
+    received_bytes = serializers.IntegerField()
+    complete = serializers.BooleanField()
+
+
+class BundleChunkAnswerSerializer(serializers.Serializer):
+    received_bytes = serializers.IntegerField()
+
+
+class BundleCompleteAnswerSerializer(serializers.Serializer):
+    size_bytes = serializers.IntegerField()
+    sha256 = serializers.CharField()

@@ -1,0 +1,134 @@
+"""Reads for the agents' protocol: the work answer, what a node must stop, what it may fetch
+(docs/agent-protocol.md)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.agent_api.models import AgentReport
+from apps.artifacts.models import Upload
+from apps.core.choices import JobState
+from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
+from apps.metering.models import Lease
+from apps.pool.models import Node
+
+
+def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Assignments not yet accepted, cancels pending, and queued jobs' inputs to pre-stage for ``node``
+    (docs/agent-protocol.md)."""
+    now = now or timezone.now()
+    leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
+                  .select_related("job", "job__array").prefetch_related("lease_gpus__gpu"))
+    assignments, cancel = [], []
+    for lease in leases:
+        job = lease.job
+        if lease.attempt != job.attempt:
+            continue
+        if job.cancel_requested_at or lease.run_ended_at:
+            if job.cancel_requested_at and lease.run_ended_at is None:
+                cancel.append({"job_id": job.pk, "attempt": lease.attempt})
+            if lease.accepted_at or lease.run_ended_at:
+                continue
+        if lease.accepted_at is None and job.state in (JobState.RENTED, JobState.RUNNING):
+            assignments.append(_assignment(lease, now))
+    return {"assignments": assignments, "cancel": cancel, "prestage": prestage_offers(node)}
+
+
+def node_may_fetch_upload(node: Node, upload: Upload) -> bool:
+    """True when ``node`` holds an open lease of, or pre-stages, a job of the upload's owner naming it.
+
+    Anything else answers 404: a node token reads no other input.
+    """
+    specs = Lease.objects.filter(node=node, released_at__isnull=True,
+                                 job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+    if any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or []):
+        return True
+    return node_may_prestage_upload(node, upload)
+
+
+def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
+    job = lease.job
+    gpus = sorted((lg.gpu for lg in lease.lease_gpus.all()), key=lambda g: g.index)
+    ranks = list(Lease.objects.filter(job=job, attempt=lease.attempt).select_related("node").order_by("node_rank"))
+    master = ranks[0].node.hostname or ranks[0].node.name
+    deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
+    return {
+        "job_id": job.pk,
+        "attempt": lease.attempt,
+        "lease_id": lease.pk,
+        "gpus": [{"index": g.index, "uuid": g.uuid} for g in gpus],
+        "time_limit_s": job.time_limit_s,
+        "deadline_in_s": round(max(0.0, deadline), 3),
+        "grace_s": grace_inside_limit(job.time_limit_s),
+        "env": {
+            "E31_JOB_ID": str(job.pk),
+            "E31_NODE_RANK": str(lease.node_rank),
+            "E31_NUM_NODES": str(job.nodes),
+            "E31_MASTER_ADDR": master,
+        },
+        "spec": job.spec,
+        "output_max_bytes": settings.E31_BUNDLE_MAX_BYTES,
+        # A task of a job array: the agent sets E31_ARRAY_INDEX and E31_ARRAY_SIZE from these.
+        "array_index": job.array_index,
+        "array_size": job.array.size if job.array_id is not None else None,
+    }
+
+
+def ended_attempts(node: Node, listed: set[tuple[int, int]]) -> list[dict[str, int]]:
+    """Fencing: of the attempts ``node``'s agent says it holds (``listed``: ``(job_id, attempt)``
+    from a heartbeat's ``running`` or a work poll's ``have``), those the server has ended on its
+    own (time limit enforced by the server, node loss, requeue) or never knew: the agent must
+    stop them. An attempt whose agent sent ``finished`` is not one (it is finishing up).
+    Shape: ``[{"job_id", "attempt"}]``, merged into the answer's ``cancel`` list.
+    """
+    if not listed:
+        return []
+    current = {(j, a) for j, a, current in Lease.objects.filter(
+        node=node, job_id__in={j for j, _ in listed}, released_at__isnull=True).values_list(
+        "job_id", "attempt", "job__attempt") if a == current}
+    finished = set(AgentReport.objects.filter(
+        job_id__in={j for j, _ in listed}, type="finished",
+        node_rank__in=Lease.objects.filter(node=node, job_id__in={j for j, _ in listed}).values("node_rank"))
+        .values_list("job_id", "attempt"))
+    return [{"job_id": j, "attempt": a} for j, a in sorted(listed) if (j, a) not in current | finished]
+
+
+def grace_inside_limit(time_limit_s: int) -> float:
+    """The SIGTERM-to-SIGKILL grace of a run (seconds): ``E31_GRACE_S``, but at most 10 % of the
+    time limit, so the agent's SIGTERM at ``deadline - grace`` makes SIGKILL land at the limit."""
+    return round(min(float(settings.E31_GRACE_S), 0.1 * time_limit_s), 3)
+
+
+def running_on(node: Node) -> list[dict[str, int]]:
+    """The (job, attempt) pairs the server believes hold GPUs on ``node``."""
+    return [{"job_id": j, "attempt": a} for j, a in
+            Lease.objects.filter(node=node, released_at__isnull=True).values_list("job_id", "attempt")]
+
+
+def gang_stops_for(node: Node) -> list[dict[str, int]]:
+    """Attempts of multi-node jobs that ``node`` must stop: the run ended on another rank (it
+    failed, exited or was cancelled: the gang ends as one, SPEC §3), this node's agent has not
+    reported its own ``exited`` yet. Shape: ``[{"job_id", "attempt"}]``, merged into the
+    ``cancel`` list of the work and heartbeat answers.
+    """
+    stops = []
+    for lease in Lease.objects.filter(node=node, released_at__isnull=True, run_ended_at__isnull=False,
+                                      accepted_at__isnull=False, job__nodes__gt=1).select_related("job"):
+        if lease.attempt != lease.job.attempt:
+            continue
+        if not AgentReport.objects.filter(job_id=lease.job_id, attempt=lease.attempt, node_rank=lease.node_rank,
+                                          type__in=("exited", "finished")).exists():  # finished: folded exited
+            stops.append({"job_id": lease.job_id, "attempt": lease.attempt})
+    return stops
+
+
+def work_with_gang_stops(node: Node) -> dict[str, list[dict]]:
+    """:func:`agent_work_for`, its ``cancel`` list joined by the gang ranks to stop (:func:`gang_stops_for`)."""
+    work = agent_work_for(node)
+    for ref in gang_stops_for(node):
+        if ref not in work["cancel"]:
+            work["cancel"].append(ref)
+    return work

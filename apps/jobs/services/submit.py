@@ -1,0 +1,118 @@
+"""Submitting jobs: validate a spec fully, store the job queued, ask for a scheduling cycle (SPEC §2-§3)."""
+from __future__ import annotations
+
+import os.path
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from apps.artifacts.models import Upload
+from apps.core.choices import JobState
+from apps.jobs import signals
+from apps.jobs.limits import spend_limit_enforce
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
+from apps.scheduling.adapter import job_request, pool_refusal
+from apps.scheduling.tasks import enqueue_schedule_cycle
+
+
+def spec_validate(document: Any, *, owner: AbstractBaseUser,
+                  attachments: Mapping[str, Upload] | None = None) -> JobSpec:
+    """Validate a spec document fully: fields, uploads, file roots and the pool.
+
+    ``upload:<name>`` naming one of ``attachments`` (files sent with the same
+    submission) is rewritten to ``upload:<id>``; ``upload:<id>`` must be one
+    of the owner's own uploads.
+
+    Raises:
+        SpecError: field errors, keyed by field path.
+    """
+    spec = parse_spec(document, time_limit_max_s=settings.E31_TIME_LIMIT_MAX_S,
+                      retention_days_max=settings.E31_RETENTION_DAYS_MAX)
+    errors: dict[str, list[str]] = {}
+    attachments = attachments or {}
+    for i, item in enumerate(spec.data):
+        if item.source.startswith("upload:"):
+            ref = item.source[len("upload:"):]
+            if ref in attachments:
+                item.source = attachments[ref].source
+            elif not Upload.objects.filter(owner=owner, pk=_as_uuid(ref)).exists():
+                errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
+        elif item.source.startswith("file://") and not _file_allowed(item.source):
+            errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
+    if not errors:
+        request = job_request(unsaved_job(spec, owner))
+        refusal = pool_refusal(request)
+        if refusal:
+            errors["compute"] = [refusal[0].upper() + refusal[1:] + "."]
+    if errors:
+        raise SpecError(errors)
+    return spec
+
+
+def _as_uuid(ref: str) -> str | None:
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        return None
+
+
+def _file_allowed(url: str) -> bool:
+    path = os.path.realpath(url[len("file://"):])
+    return any(path == os.path.realpath(root) or path.startswith(os.path.realpath(root) + os.sep)
+               for root in settings.E31_FILE_ROOTS)
+
+
+def unsaved_job(spec: JobSpec, owner: AbstractBaseUser) -> Job:
+    """A :class:`Job` built from a validated ``spec`` with its scheduling columns, not saved
+    (a submit saves it; :func:`spec_validate` and an array's submit use it as it is)."""
+    document = spec.model_dump(mode="json")
+    return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
+               gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
+               time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now(), **requirement_columns(document))
+
+
+def job_submit(*, owner: AbstractBaseUser, document: Any,
+               attachments: Mapping[str, Upload] | None = None) -> Job:
+    """Accept a job: validate, store it queued, ask for a scheduling cycle on commit.
+
+    One short transaction and, after it, small messages (:func:`after_submit`); the
+    cycle runs elsewhere, and the job goes to rented in it if matching GPUs are free.
+
+    Raises:
+        SpecError: the spec is invalid, no known node could ever hold it, or its
+            worst case exceeds what is left of the owner's monthly spend limit.
+    """
+    spec = spec_validate(document, owner=owner, attachments=attachments)
+    if spec.output.retention_days is None:
+        spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
+    with transaction.atomic():
+        # SpecError if over:
+        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
+        job = unsaved_job(spec, owner)
+        job.max_attempts = settings.E31_MAX_ATTEMPTS
+        job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
+        job.save()
+        JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
+        after_submit(owner.pk, [job.pk])
+    return job
+
+
+
+def after_submit(owner_id: int, job_ids: list[int]) -> None:
+    """The post-commit part of a submit (one job or many): call inside the submit's transaction.
+
+    After commit: one small message to the owner's live pages (new rows), one to the pool
+    page (more jobs waiting), and one ask for a scheduling cycle. Nothing is rendered and
+    no cycle runs here (issue 10): the cycle runs in a Celery worker, or in the local
+    loop of ``make run`` (:mod:`apps.scheduling.cycle_loop`). The live pages hear it through
+    :mod:`apps.jobs.signals` (their receivers defer the sends to the commit).
+    """
+    signals.jobs_changed.send(sender=Job, owner_id=owner_id, job_ids=list(job_ids))
+    signals.pool_changed.send(sender=Job)
+    enqueue_schedule_cycle()

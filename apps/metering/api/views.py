@@ -1,0 +1,65 @@
+"""The meter's API (SPEC §7): my usage, the pool with its rates. Views only parse, call selectors
+and render."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.metering.accounts import user_tz
+from apps.metering.csvsafe import csv_response
+from apps.metering.selectors import CSV_COLUMNS, pool_summary, usage_leases, usage_records, usage_rows
+from apps.metering.statements import statement_of
+
+
+def parse_when(value: str | None, field: str) -> datetime | None:
+    """An ISO date or datetime from a query parameter (dates are midnight in the current zone)."""
+    if not value:
+        return None
+    try:
+        dt = parse_datetime(value)
+        if dt is None:
+            d = parse_date(value) if len(value) == 10 else None
+            if d is None:
+                raise ValueError
+            dt = datetime(d.year, d.month, d.day)
+        if timezone.is_naive(dt):
+            dt = timezone.make_aware(dt)
+        dt.astimezone(UTC)  # an offset that cannot be applied fails here, not in the query
+    except (ValueError, OverflowError):
+        raise ValidationError({field: ["Must be a real ISO 8601 date or date-time, e.g. 2025-01-31."]}) from None
+    return dt
+
+
+class UsageView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
+                               OpenApiParameter("format", str, enum=["json", "csv"])])
+    def get(self, request):
+        tz = user_tz(request.user)  # token auth runs after the time zone middleware: the account's zone here
+        with timezone.override(tz):  # naive times and plain dates are the account's, as on the page
+            start = parse_when(request.query_params.get("from"), "from")
+            end = parse_when(request.query_params.get("to"), "to")
+        leases = list(usage_leases(user=request.user, start=start, end=end))
+        statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
+        if request.query_params.get("format") == "csv":
+            return csv_response("e31-usage.csv", CSV_COLUMNS, usage_rows(statement, tz))
+        return Response({
+            "leases": usage_records(statement, tz),
+            "totals": {"leases": statement.leases, "billed_seconds": statement.billed_seconds,
+                       "gpu_hours_billed": str(statement.gpu_hours_billed), "cost": f"{statement.cost:.6f}"},
+        })
+
+
+class PoolView(APIView):
+    @extend_schema(responses=inline_serializer("PoolModel", {
+        "gpu_model": serializers.CharField(), "total": serializers.IntegerField(),
+        "free": serializers.IntegerField(), "nodes": serializers.IntegerField(),
+        "rate_per_gpu_hour": serializers.DecimalField(max_digits=10, decimal_places=4)}, many=True))
+    def get(self, request):
+        return Response([{**row, "rate_per_gpu_hour": str(row["rate_per_gpu_hour"])} for row in pool_summary()])

@@ -1,9 +1,0 @@
-"""Notice settings page. Mounted at ``/notices/``."""
-from django.urls import path
-
-from . import views
-
-app_name = "notices"
-urlpatterns = [
-    path("", views.notice_settings, name="settings"),
-]

@@ -1,9 +1,0 @@
-"""Browser page of the pool. Mounted at ``/pool/``."""
-from django.urls import path
-
-from . import views
-
-app_name = "pool"
-urlpatterns = [
-    path("", views.pool, name="summary"),
-]

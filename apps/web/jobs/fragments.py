@@ -1,0 +1,220 @@
+"""The live parts of the job pages, rendered the same way for a page load and for a push.
+
+The job page and "My jobs" are cut into fragments, each one element with a
+stable ``id`` and a ``data-version``. A page load renders them inside the
+page; the WebSocket consumers send the same templates on connect (the
+snapshot) and :mod:`apps.live.push` sends them after every committed change.
+``static/js/live.js`` swaps a pushed fragment in only when its version is not
+older than the one shown (docs/live.md).
+
+Versions are lists of integers compared left to right, written
+space-separated: ``[event_seq, stamp_ms]`` for a job's parts (``stamp_ms``,
+the server's clock in milliseconds taken *before* the read, orders two
+renders of the same event, e.g. staging progress), ``[event_seq, log_size]``
+for the log.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from apps.artifacts.services import bundles_latest
+from apps.core.choices import JobKind, JobState, Outcome
+from apps.core.units import format_duration
+from apps.jobs.arrays import array_counts
+from apps.jobs.models import Job, JobArray
+from apps.jobs.prestage import staging_progress
+from apps.jobs.selectors import end_detail, log_read
+from apps.metering.display import rate_text
+from apps.metering.receipts import job_receipt
+from apps.metering.selectors import job_money
+
+LOG_TAIL_BYTES = 64 * 1024
+
+# Element ids shared by the templates, the consumers and static/js/live.js.
+STATUS_ID = "job-{pk}-status"
+FACTS_ID = "job-{pk}-facts"
+LEASES_ID = "job-{pk}-leases"
+LOG_ID = "job-{pk}-log"
+BUNDLE_ID = "job-{pk}-bundle"
+ROW_ID = "job-row-{pk}"
+
+
+def stamp_ms() -> int:
+    """The server's clock in whole milliseconds (the tie-break part of a version)."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One of the five steps on the job page: its name, when it happened, and where the job is.
+
+    ``status`` is "done", "current", "todo", "skipped" (a released job never got there) or
+    "ended" (the Released step of a job that did not succeed); ``icon`` names the mark drawn
+    (templates/includes/icon.html): a check, the current dot, or the outcome's own icon.
+    """
+
+    label: str
+    at: datetime | None
+    status: str
+    icon: str = ""
+
+
+# (label, the job's time stamp, the state that step is current in)
+STEP_FIELDS = (
+    ("Submitted", "submitted_at", JobState.QUEUED),
+    ("Rented", "rented_at", JobState.RENTED),
+    ("Run started", "run_started_at", JobState.RUNNING),
+    ("Run ended", "run_ended_at", JobState.OUTPUT),
+    ("Released", "released_at", JobState.RELEASED),
+)
+
+
+def _step_at(job: Job, field: str) -> datetime | None:
+    """When the job passed a step; a run that never started never ended (staging failed)."""
+    if field == "run_ended_at" and not job.run_started_at:
+        return None
+    return getattr(job, field)
+
+
+def job_steps(job: Job) -> list[Step]:
+    """The five steps of SPEC §1 with their times and which one the job is in.
+
+    A released job that did not succeed ends on its outcome (failed, timed out, cancelled,
+    node lost) instead of a green check, so no failure reads as a success.
+    """
+    released = job.state == JobState.RELEASED
+    steps = []
+    for label, field, state in STEP_FIELDS:
+        at = _step_at(job, field)
+        if job.state == state and not released:
+            steps.append(Step(label, at, "current", "dot"))
+        elif state == JobState.RELEASED and released and job.outcome != Outcome.SUCCEEDED:
+            steps.append(Step(f"{label} · {job.get_outcome_display()}", at, "ended", job.outcome or "failed"))
+        elif at:
+            steps.append(Step(label, at, "done", "check"))
+        else:
+            steps.append(Step(label, at, "skipped" if released else "todo"))
+    return steps
+
+
+def log_tail(job: Job) -> tuple[str, bool]:
+    """The last ~64 KB of the current attempt's log as text, and whether earlier bytes were cut."""
+    offset = max(0, job.log_size - LOG_TAIL_BYTES)
+    text = log_read(job, offset, limit=LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    if offset:
+        text = text.partition("\n")[2]  # start at a whole line
+    return text, offset > 0
+
+
+def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
+    """Everything the job page's fragments show, read now.
+
+    Args:
+        job: the job, freshly read (its ``event_seq`` is the version).
+        stamp: the version's tie-break (ms); taken now when not given. Take
+            it *before* reading ``job`` so an older read never wins.
+    """
+    stamp = stamp_ms() if stamp is None else stamp
+    leases = list(job.leases.select_related("node").order_by("attempt", "node_rank"))
+    for lease in leases:
+        lease.rate = rate_text(lease.rate_per_gpu_hour)
+    tail, tail_cut = log_tail(job)
+    return {
+        "other_ranks": range(1, job.nodes),
+        "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
+        "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
+        "end_detail": end_detail(job),
+        "time_limit": format_duration(job.time_limit_s),
+        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
+        "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
+    }
+
+
+# The job page's fragments, in page order; the log goes only in snapshots
+# (pushes send the new bytes as chunks, see render_log_chunk).
+JOB_FRAGMENTS = ("jobs/_status.html", "jobs/_facts.html", "jobs/_leases.html", "jobs/_bundle.html",
+                 "jobs/_receipt_live.html")
+
+
+def render_job_fragments(job: Job, *, with_log: bool, stamp: int | None = None) -> str:
+    """The job page's live fragments as one HTML string (each a top-level element with its id)."""
+    context = job_page_context(job, stamp=stamp)
+    names = JOB_FRAGMENTS + (("jobs/_log.html",) if with_log else ())
+    return "".join(render_to_string(name, context) for name in names)
+
+
+def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, version: int) -> str:
+    """New log bytes as an element that ``live.js`` appends to the tail shown.
+
+    ``offset`` is where the bytes start in the attempt's log; the client
+    appends them only if it shows exactly ``offset`` bytes, asks for a
+    snapshot if it shows fewer (it missed a chunk) and drops them if it shows
+    more (a duplicate).
+    """
+    return render_to_string("jobs/_log_chunk.html", {
+        "pk": job_id, "attempt": attempt, "offset": offset, "end": offset + len(data),
+        "text": data.decode("utf-8", errors="replace"), "version": version,
+    })
+
+
+def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
+    """What one row of "My jobs" shows; ``job.money`` is set from its leases."""
+    stamp = stamp_ms() if stamp is None else stamp
+    job.money = job_money(job.leases.all(), timezone.now())
+    return {"job": job, "version": f"{job.event_seq} {stamp}"}
+
+
+def render_row(job: Job, *, stamp: int | None = None) -> str:
+    """One row of "My jobs" (``<tr id="job-row-N">``); for a task of an array, its array's row
+    (``<tr id="array-row-N">``, see :func:`render_array_row`), since "My jobs" groups arrays."""
+    if job.array_id is not None:
+        return _array_row_once(job.array_id, stamp=stamp)
+    return render_to_string("jobs/_row.html", list_row_context(job, stamp=stamp))
+
+
+# --- job arrays (apps.jobs.arrays) -------------------------------------------------
+ARRAY_ROW_ID = "array-row-{pk}"
+_array_rows_rendered: dict[int, int] = {}  # array id -> stamp of its last row pushed by render_row
+
+
+def _array_row_once(array_id: int, *, stamp: int | None) -> str:
+    """The array's row, or "" when this process rendered it already with this ``stamp``: one
+    push of many tasks (a scheduling cycle's) carries each array's row once, not once per task."""
+    stamp = stamp_ms() if stamp is None else stamp
+    if _array_rows_rendered.get(array_id) == stamp:
+        return ""
+    if len(_array_rows_rendered) > 1000:
+        _array_rows_rendered.clear()
+    _array_rows_rendered[array_id] = stamp
+    array = JobArray.objects.filter(pk=array_id).first()
+    return render_array_row(array, stamp=stamp) if array else ""
+
+
+def array_row_context(array: Any, *, counts: Any = None, stamp: int | None = None) -> dict[str, Any]:
+    """What the row of an array in "My jobs" shows: its counts by state (one aggregate query
+    unless ``counts``, an :class:`apps.jobs.arrays.ArrayCounts`, is given)."""
+    stamp = stamp_ms() if stamp is None else stamp
+    if counts is None:
+        counts = array_counts([array.pk])[array.pk]
+    compute = (array.spec or {}).get("compute") or {}
+    return {"array": array, "counts": counts, "gpus": compute.get("gpus", 1) * compute.get("nodes", 1),
+            "kind": JobKind((array.spec.get("work") or {}).get("kind") or "other").label,
+            "version": f"0 {stamp}"}
+
+
+def render_array_row(array: Any, *, counts: Any = None, stamp: int | None = None) -> str:
+    """One array's row of "My jobs" (``<tr id="array-row-N">``), as a page load shows it."""
+    return render_to_string("jobs/_array_row.html", array_row_context(array, counts=counts, stamp=stamp))
+
+
+def render_status(job: Job, *, stamp: int | None = None) -> str:
+    """Only the job page's status part (state, queue place, steps): what a scheduling cycle changes."""
+    stamp = stamp_ms() if stamp is None else stamp
+    return render_to_string("jobs/_status.html", {"job": job, "steps": job_steps(job),
+                                                  "version": f"{job.event_seq} {stamp}"})

@@ -1,0 +1,18 @@
+"""Browser pages of jobs (SPEC §7). Mounted at the site root."""
+from django.urls import path
+
+import apps.core.converters  # noqa: F401  (registers <id:...>)
+from apps.web.jobs import views
+
+app_name = "jobs"
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("jobs/new/", views.job_new, name="new"),
+    path("jobs/new/estimate/", views.job_estimate, name="estimate"),
+    path("jobs/<id:pk>/", views.job_detail, name="detail"),
+    path("jobs/<id:pk>/log/", views.job_log, name="log"),
+    path("jobs/<id:pk>/bundle/", views.job_bundle, name="bundle"),
+    path("jobs/<id:pk>/cancel/", views.job_cancel_view, name="cancel"),
+    path("arrays/<id:pk>/", views.array_detail, name="array"),
+    path("arrays/<id:pk>/cancel/", views.array_cancel_view, name="array-cancel"),
+]

@@ -1,0 +1,210 @@
+"""Browser pages of jobs (SPEC §7): my jobs, new job, the job page, its log, bundle and cancel.
+
+Views parse the request, call a service or selector and render; every read of
+a job goes through :func:`apps.jobs.selectors.jobs_of`, so another user's job
+answers 404. Every page works by plain reload, without JavaScript.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from apps.artifacts.http import bundle_response
+from apps.core.choices import JobState
+from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
+from apps.jobs.examples import example_files, example_names
+from apps.jobs.selectors import job_own_or_404, jobs_of, log_read
+from apps.jobs.services.cancel import job_cancel
+from apps.jobs.spec import SpecError, spec_to_yaml
+from apps.metering.selectors import price_estimate, rate_table
+from apps.web.jobs.forms import JobForm, new_job_form
+from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
+
+JOBS_PER_PAGE = 50
+
+
+# --- pages ---------------------------------------------------------------
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    """My jobs, newest first, 50 a page, optionally one state (``?state=queued``)."""
+    state = request.GET.get("state", "")
+    if state in JobState.values:  # one state: every job in it, the tasks of arrays one by one
+        jobs = jobs_of(request.user).filter(state=state)
+    else:  # all: an array is one row (apps.jobs.arrays)
+        state = ""
+        jobs = jobs_grouped_of(request.user)
+    page = Paginator(jobs.select_related("array").prefetch_related("leases"),
+                     JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    stamp = stamp_ms()
+    arrays = {job.array_id for job in page if job.array_id is not None and not state}
+    counts = array_counts(arrays)
+    for job in page:
+        if job.array_id in arrays:
+            job.array_row = render_array_row(job.array, counts=counts[job.array_id], stamp=stamp)
+        else:
+            job.version = list_row_context(job, stamp=stamp)["version"]
+    return render(request, "jobs/list.html", {
+        "section": "jobs", "page": page, "state": state, "states": JobState.choices,
+        "examples": example_names(),
+        "has_any": page.paginator.count > 0 or jobs_of(request.user).exists(),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest) -> HttpResponse:
+    """The new-job form; ``?example=<name>`` starts from an example's ``job.yaml``."""
+    if request.method == "POST":
+        form = JobForm(request.POST, request.FILES, owner=request.user)
+        if form.is_valid():
+            try:
+                job = form.submit()
+            except SpecError as exc:
+                form.add_spec_errors(exc.errors)
+            else:
+                if isinstance(job, ArraySubmitted):
+                    messages.success(request, f"Array {job.array.pk} of {job.array.size:,} tasks submitted.")
+                    return redirect(job.array)
+                messages.success(request, f"Job {job.pk} submitted.")
+                return redirect(job)
+        form.keep_files()
+    else:
+        try:
+            form = new_job_form(owner=request.user, example=request.GET.get("example") or None)
+        except LookupError:
+            raise Http404("No such example.") from None
+    example = (form.data.get("example") if form.is_bound else form.initial.get("example")) or ""
+    return render(request, "jobs/new.html", {
+        "section": "new", "form": form, "rows": form.rows, "examples": example_names(),
+        "example": example if example in example_names() else "",
+        "example_files": example_files(example) if example in example_names() else [],
+        "estimate": price_estimate(form.compute_document()), "rates": rate_table(),
+    })
+
+
+@login_required
+@require_GET
+def job_estimate(request: HttpRequest) -> HttpResponse:
+    """The price estimate fragment for the compute part as typed (htmx asks on change)."""
+    return render(request, "jobs/_estimate.html", {"estimate": price_estimate(request.GET.dict()),
+                                                   "rates": rate_table()})
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
+    job = job_own_or_404(request.user, pk)
+    return render(request, "jobs/detail.html", {
+        "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
+    })
+
+
+@login_required
+@require_GET
+def job_log(request: HttpRequest, pk: int) -> HttpResponse:
+    """The whole log of the current attempt (or ``?attempt=N``) on rank 0 (or ``?rank=N``) as plain text."""
+    job = job_own_or_404(request.user, pk)
+    try:
+        attempt = int(request.GET.get("attempt", job.attempt))
+        rank = int(request.GET.get("rank", 0))
+    except ValueError:
+        attempt = rank = -1
+    if not 1 <= attempt <= job.attempt or not 0 <= rank < job.nodes:
+        return HttpResponse(f"attempt must be between 1 and {job.attempt}, rank between 0 and {job.nodes - 1}\n",
+                            status=400, content_type="text/plain; charset=utf-8")
+    data = log_read(job, 0, limit=settings.E31_LOG_MAX_BYTES + 4096, attempt=attempt, rank=rank)
+    resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
+    suffix = f"-rank-{rank}" if job.nodes > 1 else ""
+    resp["Content-Disposition"] = f'inline; filename="job-{job.pk}-attempt-{attempt}{suffix}.log"'
+    return resp
+
+
+@login_required
+@require_GET
+def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
+    """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
+    job = job_own_or_404(request.user, pk)
+    rank = request.GET.get("rank", "0")
+    # ASCII digits only: "²".isdigit() is True but int("²") raises (was a 500).
+    if not (rank.isascii() and rank.isdigit() and len(rank) < 6):
+        raise Http404("This job has no bundle.")
+    return bundle_response(request, job, rank=int(rank))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: a page that asks to confirm the cancel. POST: cancel the job (idempotent), then
+    back to its page; asked by htmx (which confirmed in the browser), it says where to go."""
+    job = job_own_or_404(request.user, pk)
+    if request.method == "GET":
+        if not job.is_cancellable:
+            messages.info(request, f"Job {job.pk} is released already." if job.state == JobState.RELEASED
+                          else f"Cancel of job {job.pk} is already requested.")
+            return redirect(job)
+        return render(request, "jobs/cancel.html", {"section": "jobs", "job": job})
+    job = job_cancel(job=job, by=request.user)
+    if job.state == JobState.RELEASED:
+        messages.success(request, f"Job {job.pk} is cancelled.")
+    else:
+        messages.info(request, f"Cancel of job {job.pk} requested: the node stops the run "
+                               "and packs its outputs.")
+    if request.headers.get("HX-Request"):
+        resp = HttpResponse(status=204)
+        resp["HX-Redirect"] = job.get_absolute_url()
+        return resp
+    return redirect(job)
+
+
+# --- job arrays (apps.jobs.arrays) ------------------------------------------------
+@login_required
+@require_GET
+def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One array: its counts by state (live), its tasks 50 a page by index (``?state=``), cancel."""
+    array = array_own_or_404(request.user, pk)
+    state = request.GET.get("state", "")
+    tasks = array.jobs.order_by("array_index").prefetch_related("leases")
+    if state in JobState.values:
+        tasks = tasks.filter(state=state)
+    else:
+        state = ""
+    page = Paginator(tasks, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    stamp = stamp_ms()
+    for job in page:
+        job.version = list_row_context(job, stamp=stamp)["version"]
+    counts = array_counts([array.pk])[array.pk]
+    return render(request, "jobs/array.html", {
+        "section": "jobs", "page": page, "state": state, "states": JobState.choices,
+        **array_row_context(array, counts=counts, stamp=stamp),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def array_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: a page that asks to confirm. POST: cancel every task not released yet (idempotent),
+    then back to the array's page."""
+    array = array_own_or_404(request.user, pk)
+    if request.method == "GET":
+        counts = array_counts([array.pk])[array.pk]
+        if not counts.active:
+            messages.info(request, f"Every task of array {array.pk} is released already.")
+            return redirect(array)
+        return render(request, "jobs/array_cancel.html", {"section": "jobs", "array": array, "counts": counts})
+    done = array_cancel(array=array, by=request.user)
+    messages.success(request, f"Array {array.pk} cancelled: {done.released:,} queued task"
+                              f"{'s' if done.released != 1 else ''} released"
+                     + (f", {done.stopping:,} running task{'s' if done.stopping != 1 else ''} stopping."
+                        if done.stopping else "."))
+    if request.headers.get("HX-Request"):
+        resp = HttpResponse(status=204)
+        resp["HX-Redirect"] = array.get_absolute_url()
+        return resp
+    return redirect(array)
