@@ -106,6 +106,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "apps.web.context.budget_alert",
             ],
         },
     },
@@ -207,6 +208,11 @@ CELERY_BEAT_SCHEDULE = {
     "node-watch": {
         "task": "apps.jobs.tasks.node_watch_task",
         "schedule": env_float("E31_NODE_WATCH_PERIOD_S", 5.0),
+    },
+    # Budget alerts (issue 16): spend grows with the clock while runs go, so it is checked periodically.
+    "budget-alerts": {
+        "task": "apps.metering.tasks.budget_alerts_task",
+        "schedule": env_float("E31_BUDGET_PERIOD_S", 60.0),
     },
 }
 

@@ -100,14 +100,22 @@ def files_private() -> list[Path]:
     return changed
 
 
+_budget_checked_at = [0.0]  # monotonic seconds of the last budget scan (the beat thread's own)
+
+
 def periodic_work() -> None:
-    """What Celery beat does in production: one node watch, and a scheduling cycle asked for."""
+    """What Celery beat does in production: one node watch, and a scheduling cycle asked for; the
+    budget alerts every ``E31_BUDGET_PERIOD_S`` (settings' beat schedule)."""
     from apps.jobs.tasks import node_watch_task
+    from apps.metering.tasks import budget_alerts_task
     from apps.scheduling.cycle_loop import cycle_wanted
 
     close_old_connections()
     try:
         node_watch_task()
+        if time.monotonic() - _budget_checked_at[0] >= settings.CELERY_BEAT_SCHEDULE["budget-alerts"]["schedule"]:
+            _budget_checked_at[0] = time.monotonic()
+            budget_alerts_task()
     finally:
         close_old_connections()
     cycle_wanted()

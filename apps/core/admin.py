@@ -30,6 +30,6 @@ class LedgerAdmin:
 class AccountProfileAdmin(admin.ModelAdmin):
     """Per account: time zone and monthly spend limit (USD per calendar month of that zone)."""
 
-    list_display = ["owner", "time_zone", "monthly_spend_limit"]
+    list_display = ["owner", "time_zone", "monthly_spend_limit", "user_spend_limit", "alert_threshold_percent"]
     search_fields = ["owner__username"]
     autocomplete_fields = ["owner"]

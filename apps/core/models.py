@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import zoneinfo
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -21,7 +22,8 @@ class AccountProfile(models.Model):
     ``time_zone`` decides the user's days (usage chart, date filters) and the
     calendar month a spend limit counts in. ``monthly_spend_limit`` is in USD
     per calendar month of that zone; null means no limit. Operators set the
-    limit in the admin; users pick their time zone on the settings page.
+    limit in the admin; users pick their time zone on the settings page, and may set
+    their own lower limit (``user_spend_limit``) and an alert threshold (issue 16).
     """
 
     owner = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
@@ -32,15 +34,35 @@ class AccountProfile(models.Model):
         max_digits=12, decimal_places=2, null=True, blank=True,
         help_text="USD per calendar month (in the account's time zone); empty for no limit. A job whose "
                   "worst case exceeds what is left is refused at submit; running jobs are never stopped.")
+    user_spend_limit = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="USD per calendar month, set by the user; it can only lower the operator's limit "
+                  "(the smaller of the two counts). Empty for none.")
+    alert_threshold_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True,
+        help_text="Percent (1-100) of the effective monthly limit; when the month's spend passes it the "
+                  "user is alerted once that month. Empty for no alert.")
 
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(monthly_spend_limit__isnull=True) | Q(monthly_spend_limit__gte=0),
                                    name="account_spend_limit_not_negative"),
+            models.CheckConstraint(condition=Q(user_spend_limit__isnull=True) | Q(user_spend_limit__gte=0),
+                                   name="account_user_spend_limit_not_negative"),
+            models.CheckConstraint(condition=Q(alert_threshold_percent__isnull=True)
+                                   | Q(alert_threshold_percent__gte=1, alert_threshold_percent__lte=100),
+                                   name="account_alert_threshold_1_to_100"),
         ]
 
     def __str__(self) -> str:
         return f"profile of {self.owner_id} ({self.time_zone})"
+
+    @property
+    def effective_spend_limit(self) -> Decimal | None:
+        """The limit that counts (USD per calendar month): the smaller of the operator's
+        ``monthly_spend_limit`` and the user's own ``user_spend_limit``; None when neither is set."""
+        limits = [x for x in (self.monthly_spend_limit, self.user_spend_limit) if x is not None]
+        return min(limits) if limits else None
 
     @property
     def tz(self) -> zoneinfo.ZoneInfo:

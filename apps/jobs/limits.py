@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.models import AccountProfile
@@ -16,7 +17,8 @@ from .spec import SpecError
 
 def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None = None,
                         tasks: int = 1) -> SpendCheck:
-    """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit.
+    """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit (the effective
+    one: the smaller of the operator's and the user's own).
 
     Called by :func:`apps.jobs.services.job_submit` before the job is stored, and once by
     :func:`apps.jobs.arrays.array_submit` for a whole array: ``tasks`` times one task's worst case.
@@ -30,8 +32,8 @@ def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None 
     table = rate_table(now)
     # Inside the submit's transaction the profile row is locked, so two submits of one
     # account at once are checked one after the other: the second sees the first as committed.
-    if not AccountProfile.objects.select_for_update().filter(owner_id=owner.pk,
-                                                             monthly_spend_limit__isnull=False).exists():
+    limited = Q(monthly_spend_limit__isnull=False) | Q(user_spend_limit__isnull=False)
+    if not AccountProfile.objects.select_for_update().filter(limited, owner_id=owner.pk).exists():
         return SpendCheck(Decimal(0), None, Decimal(0), Decimal(0), now)
     check = spend_check(owner=owner, worst_case=worst_case_of(request, now, table=table) * tasks, now=now,
                         table=table)

@@ -142,17 +142,26 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
                 table: list[dict[str, Any]] | None = None) -> SpendCheck:
     """Where a new job of ``worst_case`` USD stands against ``owner``'s limit this month.
 
-    Reads only. Without a limit it does no further query (``spent`` and ``committed`` are then
-    0), unless ``figures`` asks for them anyway (a quote shows them). ``table``: the rate table
-    at ``now`` if the caller has read it (see :func:`worst_case_of`).
+    The limit is the account's effective one (the smaller of the operator's and the user's own,
+    :attr:`apps.core.models.AccountProfile.effective_spend_limit`). Reads only. Without a limit it
+    does no further query (``spent`` and ``committed`` are then 0), unless ``figures`` asks for
+    them anyway (a quote shows them). ``table``: the rate table at ``now`` if the caller has read
+    it (see :func:`worst_case_of`).
     """
     now = now or timezone.now()
     profile = profile_of(owner)
     tz = profile.tz
     start, end = month_start(now, tz), next_month_start(now, tz)
-    if profile.monthly_spend_limit is None and not figures:
+    limit = profile.effective_spend_limit
+    if limit is None and not figures:
         return SpendCheck(worst_case, None, Decimal(0), Decimal(0), start)
+    return SpendCheck(worst_case, limit, month_spent(owner, start, end, now), _committed(owner, now, table), start)
+
+
+def month_spent(owner, start: datetime, end: datetime, now: datetime) -> Decimal:
+    """What ``owner``'s charged leases cost in ``[start, end)`` (USD, 6 places), as of ``now``: released
+    leases by their overlap with the span, a run still going with its cost so far. The ``spent`` of
+    :func:`spend_check`, and what a budget alert (:mod:`apps.metering.budget`) compares."""
     leases = (Lease.objects.filter(job__owner=owner, charged=True, rented_at__lt=end)
               .exclude(released_at__lt=start).select_related("job", "node"))
-    spent = paid_between(statement_of(leases, now).lines, start, end)
-    return SpendCheck(worst_case, profile.monthly_spend_limit, spent, _committed(owner, now, table), start)
+    return paid_between(statement_of(leases, now).lines, start, end)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -111,3 +112,28 @@ class LeaseGpu(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} in lease {self.lease_id}{' (open)' if self.open else ''}"
+
+
+class BudgetAlert(models.Model):
+    """An account's month's spend passed its alert threshold (issue 16): one row per account and month.
+
+    ``month`` is the first day of the calendar month in the account's time zone. The row is made by
+    :func:`apps.metering.budget.budget_alerts_scan` the first time the month's spend (USD, charged
+    leases' cost so far, as the spend check counts it) passes ``threshold_percent`` of the effective
+    limit; pages show it while the account's threshold is not above ``threshold_percent``. If the
+    user raises the threshold and spend passes the new one, the same row is moved up (no second
+    e-mail: that is once per month, :mod:`apps.notices`).
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField()
+    threshold_percent = models.PositiveSmallIntegerField()
+    limit = models.DecimalField(max_digits=12, decimal_places=2)
+    spent = models.DecimalField(max_digits=14, decimal_places=6)
+    raised_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "month"], name="one_budget_alert_per_month")]
+
+    def __str__(self) -> str:
+        return f"budget alert {self.month:%Y-%m} of {self.owner_id} at {self.threshold_percent}%"

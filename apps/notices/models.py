@@ -41,3 +41,22 @@ class NoticeSent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} for job {self.job_id}"
+
+
+class BudgetNoticeSent(models.Model):
+    """The budget alert e-mail went out for one account and calendar month (issue 16): the claim that
+    makes it happen once, inserted in the sending transaction as :class:`NoticeSent` is.
+
+    ``month`` is the first day of the month in the account's zone (the alert's
+    :attr:`apps.metering.models.BudgetAlert.month`).
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget_notices_sent")
+    month = models.DateField()
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "month"], name="one_budget_notice_per_month")]
+
+    def __str__(self) -> str:
+        return f"budget e-mail {self.month:%Y-%m} to {self.owner_id}"

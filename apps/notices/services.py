@@ -7,17 +7,20 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
+from django.urls import reverse
 
 from apps.core.choices import JobState
 from apps.jobs.models import Job
+from apps.metering.models import BudgetAlert
 
-from .models import NoticePreference, NoticeSent
+from .models import BudgetNoticeSent, NoticePreference, NoticeSent
 
 log = logging.getLogger(__name__)
 
 
 def email_on_release(user) -> bool:
-    """Whether ``user`` asked for an e-mail when their jobs are released (default: no)."""
+    """Whether ``user`` turned e-mail notices on (default: no): sent when their jobs are released and
+    when their month's spend passes their alert threshold."""
     return NoticePreference.objects.filter(owner=user, email_on_release=True).exists()
 
 
@@ -50,5 +53,26 @@ def release_email_send(*, job_id: int) -> bool:
             NoticeSent.objects.create(job=job, kind=NoticeSent.Kind.RELEASE_EMAIL)
             send_mail(subject, render_to_string("notices/release_email.txt", context), None, [job.owner.email])
     except IntegrityError:  # another delivery of this task sent it
+        return False
+    return True
+
+
+def budget_email_send(*, alert_id: int) -> bool:
+    """E-mail the owner of budget alert ``alert_id`` if they turned e-mail notices on and have an address.
+
+    Once per account and month (:class:`BudgetNoticeSent` claimed in the sending transaction, as
+    :func:`release_email_send` does). Returns whether a mail was sent. Raises what the mail backend
+    raises (the claim is then rolled back).
+    """
+    alert = BudgetAlert.objects.select_related("owner").filter(pk=alert_id).first()
+    if alert is None or not alert.owner.email or not email_on_release(alert.owner):
+        return False
+    context = {"alert": alert, "url": settings.E31_SITE_URL.rstrip("/") + reverse("account:settings")}
+    subject = f"E31: your spend passed {alert.threshold_percent}% of your {alert.month:%B %Y} limit"
+    try:
+        with transaction.atomic():
+            BudgetNoticeSent.objects.create(owner=alert.owner, month=alert.month)
+            send_mail(subject, render_to_string("notices/budget_email.txt", context), None, [alert.owner.email])
+    except IntegrityError:  # already sent this month
         return False
     return True

@@ -27,3 +27,18 @@ def enqueue_release_email(job_id: int) -> None:
         release_email_task.delay(job_id)
     except Exception:
         log.exception("release notice for job %s failed", job_id)
+
+
+@shared_task(ignore_result=True)
+def budget_email_task(alert_id: int) -> None:
+    """Send the budget alert e-mail of alert ``alert_id`` if its owner wants e-mail notices."""
+    services.budget_email_send(alert_id=alert_id)
+
+
+def enqueue_budget_email(alert_id: int) -> None:
+    """Queue :func:`budget_email_task` after the alert commits. Never raises (logged), as
+    :func:`enqueue_release_email`."""
+    try:
+        budget_email_task.delay(alert_id)
+    except Exception:
+        log.exception("budget notice for alert %s failed", alert_id)

@@ -290,8 +290,22 @@
     }
   });
 
+  // A budget alert (issue 16) raises one browser notification per account, month and threshold:
+  // the banner's key is remembered in localStorage, so other pages and tabs stay quiet.
+  function noticeBudgetAlert() {
+    var banner = document.querySelector("[data-budget-alert]");
+    if (!banner || !("Notification" in window) || Notification.permission !== "granted") return;
+    var key = "e31-budget-" + banner.getAttribute("data-budget-alert");
+    try {
+      if (window.localStorage.getItem(key)) return;
+      window.localStorage.setItem(key, "1");
+    } catch (e) { return; }
+    new Notification("E31: budget alert", { body: banner.textContent.trim(), tag: key });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     scrollLogs();
+    noticeBudgetAlert();
     if (!("Notification" in window) || Notification.permission !== "default") return;
     var buttons = document.querySelectorAll("[data-notify-consent]");
     buttons.forEach(function (button) {

@@ -6,4 +6,5 @@ from . import views
 urlpatterns = [
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("pool/", views.PoolView.as_view(), name="pool"),
+    path("account/", views.AccountView.as_view(), name="account"),
 ]

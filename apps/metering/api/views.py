@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -12,7 +13,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.metering.accounts import user_tz
+from apps.metering.accounts import profile_of, user_tz
+from apps.metering.budget import profile_set_budget
 from apps.metering.csvsafe import csv_response
 from apps.metering.selectors import CSV_COLUMNS, pool_summary, usage_leases, usage_records, usage_rows
 from apps.metering.statements import statement_of
@@ -63,3 +65,37 @@ class PoolView(APIView):
         "rate_per_gpu_hour": serializers.DecimalField(max_digits=10, decimal_places=4)}, many=True))
     def get(self, request):
         return Response([{**row, "rate_per_gpu_hour": str(row["rate_per_gpu_hour"])} for row in pool_summary()])
+
+
+class AccountSerializer(serializers.Serializer):
+    """My account's limits: the operator's (read-only), my own, the one that counts, and the alert."""
+
+    time_zone = serializers.CharField(read_only=True)
+    monthly_spend_limit = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True,
+                                                   help_text="USD per month, set by an operator.")
+    user_spend_limit = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=0, allow_null=True,
+                                                required=False, help_text="USD per month; at most the operator's.")
+    effective_spend_limit = serializers.DecimalField(max_digits=12, decimal_places=2, read_only=True)
+    alert_threshold_percent = serializers.IntegerField(min_value=1, max_value=100, allow_null=True, required=False)
+
+
+class AccountView(APIView):
+    """``GET``: my limits and alert threshold; ``PATCH``: set my own limit and threshold (fields left
+    out keep their value; errors name the field)."""
+
+    @extend_schema(responses=AccountSerializer)
+    def get(self, request):
+        return Response(AccountSerializer(profile_of(request.user)).data)
+
+    @extend_schema(request=AccountSerializer, responses=AccountSerializer)
+    def patch(self, request):
+        incoming = AccountSerializer(data=request.data, partial=True)
+        incoming.is_valid(raise_exception=True)
+        profile = profile_of(request.user)
+        values = {"user_spend_limit": profile.user_spend_limit,
+                  "alert_threshold_percent": profile.alert_threshold_percent, **incoming.validated_data}
+        try:
+            profile = profile_set_budget(owner=request.user, **values)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
+        return Response(AccountSerializer(profile).data)

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from apps.core.units import format_duration
 from apps.jobs.selectors import jobs_of
 from apps.metering.accounts import profile_of, profile_set_time_zone, user_tz
+from apps.metering.budget import profile_set_budget
 from apps.metering.csvsafe import csv_response
 from apps.metering.days import month_start
 from apps.metering.filters import UsageFilter
@@ -66,7 +67,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     days = by_day(statement, tz, first=first, last=last)
     profile = profile_of(request.user)
     limit = (spend_check(owner=request.user, worst_case=Decimal(0), now=now)
-             if profile.monthly_spend_limit is not None else None)
+             if profile.effective_spend_limit is not None else None)
     return render(request, "metering/usage.html", {
         "section": "usage", "form": usage_filter.form, "statement": statement, "lines": page, "page": page,
         "totals": statement, "days": days, "chart": chart_data(days), "query": params.urlencode(),
@@ -94,12 +95,39 @@ class TimeZoneForm(forms.Form):
                                 widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off"}))
 
 
+class BudgetForm(forms.Form):
+    """The settings page: the user's own monthly limit (USD) and alert threshold (percent)."""
+
+    user_spend_limit = forms.DecimalField(
+        required=False, min_value=0, max_digits=12, decimal_places=2, label="My monthly limit (USD)",
+        help_text="Can only lower the operator's limit; the smaller counts. Empty for none.")
+    alert_threshold_percent = forms.IntegerField(
+        required=False, min_value=1, max_value=100, label="Alert at (% of the limit)",
+        help_text="Once a month, when your spend passes it: a banner on every page, a browser notification "
+                  "if allowed, an e-mail if e-mail notices are on. Empty for no alert.")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def account_settings(request: HttpRequest) -> HttpResponse:
-    """My time zone (editable) and my monthly spend limit (set by operators)."""
+    """My time zone (editable), the operator's monthly spend limit, and my own limit and alert threshold
+    (the form whose button was pressed is bound: ``form=budget`` or the time zone)."""
     profile = profile_of(request.user)
-    if request.method == "POST":
+    form = TimeZoneForm(initial={"time_zone": profile.time_zone})
+    budget_form = BudgetForm(initial={"user_spend_limit": profile.user_spend_limit,
+                                      "alert_threshold_percent": profile.alert_threshold_percent})
+    if request.method == "POST" and request.POST.get("form") == "budget":
+        budget_form = BudgetForm(request.POST)
+        if budget_form.is_valid():
+            try:
+                profile_set_budget(owner=request.user, **budget_form.cleaned_data)
+            except ValidationError as exc:
+                for field, problems in exc.message_dict.items():
+                    budget_form.add_error(field, problems)
+            else:
+                messages.success(request, "Your limit and alert are saved.")
+                return redirect("account:settings")
+    elif request.method == "POST":
         form = TimeZoneForm(request.POST)
         if form.is_valid():
             try:
@@ -109,10 +137,8 @@ def account_settings(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Times are now shown in {form.cleaned_data['time_zone'].strip()}.")
                 return redirect("account:settings")
-    else:
-        form = TimeZoneForm(initial={"time_zone": profile.time_zone})
     return render(request, "metering/settings.html", {
-        "section": "settings", "form": form, "profile": profile,
+        "section": "settings", "form": form, "budget_form": budget_form, "profile": profile,
         "zones": sorted(zoneinfo.available_timezones()),
     })
 

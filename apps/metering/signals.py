@@ -1,0 +1,9 @@
+"""What the meter tells higher layers (docs/architecture.md: a lower layer signals, a higher one receives)."""
+from django.dispatch import Signal
+
+budget_alert_raised = Signal()
+"""An account's spend passed its alert threshold for the first time this month (issue 16).
+
+Sent inside the transaction that stores the :class:`apps.metering.models.BudgetAlert`, with
+``alert_id`` (the row's id) and ``owner_id``; receivers defer side effects to ``on_commit``.
+"""
