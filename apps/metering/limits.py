@@ -81,7 +81,7 @@ class SpendCheck:
             return ""
         return (f"Its worst case, ${_cents(self.worst_case)}, exceeds what is left of your monthly spend limit "
                 f"(${_cents(self.left)} of ${_cents(self.limit)} this month) by ${self.shortfall}: "
-                "lower the time limit or the GPUs, or ask an operator to raise the limit.")
+                "lower the time limit or the GPUs, or raise the limit (your own in Settings; an operator sets theirs).")
 
 
 def _cents(amount: Decimal | None) -> str:
