@@ -4,8 +4,8 @@ Events are job arrivals (submit times) and completions (start + run). At each
 distinct event time the loop applies the completions, then the arrivals,
 then calls :func:`apps.scheduling.core.schedule` once and starts everything it
 places; a job's start is that event time. A job that ends at the time it
-starts (run 0) gives its GPUs back right after that cycle, with no second
-cycle at the same time.
+starts (run 0) is an event at that same time: its GPUs come back and another
+pass runs at the same instant (issue 14; classic event-driven EASY).
 
 What the core sees mirrors the live site (:mod:`apps.scheduling.adapter`):
 
@@ -252,7 +252,8 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
                 if pend.job_id in fresh_set:
                     out = outcomes[pend.job_id]
                     out.first_estimate, out.estimated = pend.estimated_start, True
-        complete(now)  # runs of 0 s
+        # A run of 0 s ends at ``now``: the next turn of the loop finds its end at this same
+        # instant, frees its GPUs and runs another pass, as an event-driven EASY does.
         if progress is not None and cycles % 500 == 0:
             progress(i, n)
         if i >= n and not running and pending:
