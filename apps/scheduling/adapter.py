@@ -27,7 +27,7 @@ from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
 from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
 
-from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, predict_runtime, schedule
+from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, predict_runtime, schedule
 from .core.matching import model_matches, node_could_ever_hold
 from .models import SchedulerCycle
 from .ports import PositionChange, QueuedJob, job_queue
@@ -118,11 +118,8 @@ def pool_views(now: datetime) -> list[NodeView]:
     leases = {}
     holds, held_gpus = job_queue().holds()
     for lease_id, hold in holds.items():
-        start = hold.rented_at_s
-        # A job past its limit but not yet released still holds the GPU: it
-        # frees "any moment now", never in the past.
-        leases[lease_id] = (max(start + hold.time_limit_s, soon),
-                            None if hold.predicted_runtime_s is None else start + hold.predicted_runtime_s)
+        # The replay builds its slots with the same function (one overrun rule: the core's planned_end).
+        leases[lease_id] = held_until(hold.rented_at_s, hold.time_limit_s, hold.predicted_runtime_s, soon - 1)
         used_cpus[hold.node_id] += hold.cpus
         used_mem[hold.node_id] += hold.memory_mib
     for gpu_id, lease_id in held_gpus:

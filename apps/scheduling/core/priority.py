@@ -40,11 +40,30 @@ def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
     return value * math.pow(2.0, -elapsed_s / half_life_s)
 
 
+RECENT_RUNS = 2  # run times an account's history keeps for :func:`predict_runtime`
+
+
+def charge(value: float, stamp: float, gpu_seconds: float, at: float,
+           half_life_s: float) -> tuple[float, float]:
+    """One account's decayed usage ``(value GPU-seconds, stamp epoch s)`` after charging
+    ``gpu_seconds`` (negative counts as 0) at ``at``: the stored value decays from its stamp to
+    ``at``, then the charge is added; the stamp never goes back. The one fair-share ledger rule,
+    kept in memory by :class:`UsageLedger` (replays) and in ``AccountUsage`` rows by
+    :func:`apps.scheduling.usage.usage_record` (the live site)."""
+    return decay(value, at - stamp, half_life_s) + max(0.0, gpu_seconds), max(at, stamp)
+
+
+def remember_run(recent_runs_s: Sequence[float], runtime_s: float) -> list[float]:
+    """An account's run-time history after a run of ``runtime_s`` seconds ended: the last
+    :data:`RECENT_RUNS`, oldest first, rounded to the millisecond."""
+    return [*recent_runs_s, round(max(0.0, runtime_s), 3)][-RECENT_RUNS:]
+
+
 class UsageLedger:
     """Decayed GPU-seconds per account, kept incrementally (never re-summed from history).
 
     Each account keeps ``(value, stamp)``; reading or adding decays the stored
-    value from its stamp to the given time, so each update is O(1).
+    value from its stamp to the given time (:func:`charge`), so each update is O(1).
     """
 
     def __init__(self, half_life_s: float = 7 * 86400.0):
@@ -54,11 +73,24 @@ class UsageLedger:
     def add(self, account: str, gpu_seconds: float, at: float) -> None:
         """Charge ``gpu_seconds`` to ``account`` at time ``at`` (epoch s)."""
         value, stamp = self._usage.get(account, (0.0, at))
-        self._usage[account] = (decay(value, at - stamp, self.half_life_s) + gpu_seconds, at)
+        self._usage[account] = charge(value, stamp, gpu_seconds, at, self.half_life_s)
 
     def snapshot(self, now: float) -> dict[str, float]:
-        """``{account: decayed GPU-seconds at now}``, the ``usage`` argument of :func:`schedule`."""
-        return {a: decay(v, now - t, self.half_life_s) for a, (v, t) in self._usage.items()}
+        """``{account: decayed GPU-seconds at now}`` of every account charged so far (the live
+        site passes every account's too), the ``usage`` argument of :func:`schedule`."""
+        hl = self.half_life_s
+        return {a: decay(v, now - t, hl) for a, (v, t) in self._usage.items()}
+
+
+def held_until(started_at: float, time_limit_s: float, predicted_runtime_s: float | None,
+               now: float) -> tuple[float, float | None]:
+    """``(free_at, expected_free_at)`` of a GPU held by a run that started at ``started_at``
+    (epoch s): its time limit's end, never before ``now + 1`` (a run past its limit but not yet
+    released frees "any moment now"), and its predicted end (None without a prediction). What
+    the live adapter and the replay both put in :class:`~.types.GpuSlot`; an overrun prediction
+    is handled by :func:`planned_end` at each cycle."""
+    free_at = max(started_at + time_limit_s, now + 1)
+    return free_at, None if predicted_runtime_s is None else started_at + predicted_runtime_s
 
 
 def fairshare_factor(account_usage: float, total_usage: float, n_accounts: int) -> float:
