@@ -150,8 +150,8 @@ def test_the_replay_uses_the_live_sites_ledger_predictor_and_held_slots():
     ledger.add("a", 10, at=200)
     assert ledger.snapshot(200) == {"a": pytest.approx(30)}
     assert charge(80, 0, 10, 200, 100) == (pytest.approx(30), 200)
-    assert held_until(0, 100, 30, now=0) == (100, 30)
-    assert held_until(0, 100, None, now=150) == (151, None)  # past its limit, not yet released
+    assert held_until(0, 100, 30, now=0) == (100, 30, 0)
+    assert held_until(0, 100, None, now=150) == (151, None, 0)  # past its limit, not yet released
 
 
 def test_tiny_trace_fifo_replay_matches_the_hand_schedule(tiny):

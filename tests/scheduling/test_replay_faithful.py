@@ -50,7 +50,7 @@ def test_a_run_of_0_s_ends_at_once_and_a_pass_runs_at_the_same_instant(tmp_path)
     assert easy_reference.easy(easy_reference.read_jobs(path, 1, 1), 1, 1) == {1: 0, 2: 0, 3: 30, 4: 50, 5: 50}
 
 
-def _random_trace(path, seed, jobs=600, procs=(1, 1, 2, 3, 4, 8, 12, 16, 24, 40)):
+def _random_trace(path, seed, jobs=250, procs=(1, 1, 2, 3, 4, 8, 12, 16, 24, 40)):
     rng = random.Random(seed)
     lines, t = ["; MaxNodes: 6", "; MaxProcs: 48"], 0
     for i in range(1, jobs + 1):
@@ -65,7 +65,7 @@ def _random_trace(path, seed, jobs=600, procs=(1, 1, 2, 3, 4, 8, 12, 16, 24, 40)
 
 
 def test_easy_equals_an_independent_easy_start_for_start(tmp_path):
-    for seed in (1, 2, 3):
+    for seed in (1, 2):
         path = _random_trace(tmp_path / f"r{seed}.swf", seed)
         ours = {o.job_id: o.start for o in replay(load_jobs(path, 8, 6)[0], 6, 8, "easy").outcomes}
         ref = easy_reference.easy(easy_reference.read_jobs(path, 8, 6), 6, 8)
@@ -74,7 +74,7 @@ def test_easy_equals_an_independent_easy_start_for_start(tmp_path):
 
 def test_easy_matches_the_reference_on_the_kth_trace_head():
     trace = "/work/shared/traces/KTH-SP2-1996-2.1-cln.swf.gz"
-    sim = simulate_trace(trace, "easy", nodes=100, gpus_per_node=1, limit=1500)
-    jobs = easy_reference.read_jobs(trace, 1, 100, 1500)
+    sim = simulate_trace(trace, "easy", nodes=100, gpus_per_node=1, limit=600)
+    jobs = easy_reference.read_jobs(trace, 1, 100, 600)
     bsld, _wait = easy_reference.bsld_mean(jobs, easy_reference.easy(jobs, 100, 1))
     assert abs(sim["bsld_mean"] - bsld) <= 0.001 * bsld

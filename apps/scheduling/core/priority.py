@@ -83,14 +83,14 @@ class UsageLedger:
 
 
 def held_until(started_at: float, time_limit_s: float, predicted_runtime_s: float | None,
-               now: float) -> tuple[float, float | None]:
-    """``(free_at, expected_free_at)`` of a GPU held by a run that started at ``started_at``
-    (epoch s): its time limit's end, never before ``now + 1`` (a run past its limit but not yet
-    released frees "any moment now"), and its predicted end (None without a prediction). What
-    the live adapter and the replay both put in :class:`~.types.GpuSlot`; an overrun prediction
-    is handled by :func:`planned_end` at each cycle."""
+               now: float) -> tuple[float, float | None, float]:
+    """``(free_at, expected_free_at, started_at)`` of a GPU held by a run that started at
+    ``started_at`` (epoch s): its time limit's end, never before ``now + 1`` (a run past its limit
+    but not yet released frees "any moment now"), its predicted end (None without a
+    prediction), and the start. What the live adapter and the replay both put in
+    :class:`~.types.GpuSlot`; an overrun prediction is handled by :func:`planned_end`."""
     free_at = max(started_at + time_limit_s, now + 1)
-    return free_at, None if predicted_runtime_s is None else started_at + predicted_runtime_s
+    return free_at, None if predicted_runtime_s is None else started_at + predicted_runtime_s, started_at
 
 
 def fairshare_factor(account_usage: float, total_usage: float, n_accounts: int) -> float:
@@ -118,14 +118,18 @@ def predict_runtime(recent_runs: Sequence[float], time_limit_s: float) -> float:
     return max(1.0, min(float(time_limit_s), sum(runs) / len(runs)))
 
 
-def planned_end(free_at: float, expected_free_at: float | None, now: float) -> float:
+def planned_end(free_at: float, expected_free_at: float | None, now: float,
+                started_at: float | None = None) -> float:
     """When a held GPU should come free for planning, in epoch seconds.
 
-    The holder's predicted end; if the holder has outlived its prediction,
-    the prediction is pushed out by as long again as it has overrun (at least
-    60 s), never past the time limit: Tsafrir et al. 2007 raise an
-    underestimated prediction rather than trust it, and the plan repairs
-    itself at the next cycle.
+    The holder's predicted end; if the holder has outlived its prediction, the
+    prediction is raised (Tsafrir et al. 2007 raise an underestimated
+    prediction rather than trust it), never past the time limit. With the
+    run's start known, in steps: the predicted length doubles each time the run
+    outlives it (``start + p * 2**k``, the first such end after ``now``), so the
+    plan, and the estimates behind it, move only when a run outlives its
+    prediction again, not at every cycle (issue 14 item 3). Without the start:
+    as long again as it has overrun, at least 60 s from now.
     """
     if free_at <= now:
         return free_at
@@ -133,7 +137,15 @@ def planned_end(free_at: float, expected_free_at: float | None, now: float) -> f
         return free_at
     if expected_free_at > now:
         return expected_free_at
-    return min(free_at, now + max(60.0, now - expected_free_at))
+    if started_at is None or started_at >= expected_free_at:
+        return min(free_at, now + max(60.0, now - expected_free_at))
+    predicted = expected_free_at - started_at
+    steps = math.floor(math.log2((now - started_at) / predicted)) + 1
+    end = started_at + predicted * 2.0 ** steps
+    while end <= now:  # float rounding at an exact step
+        end += predicted * 2.0 ** (steps - 1)
+        steps += 1
+    return min(free_at, end)
 
 
 def order_fifo(queue: Iterable[JobRequest]) -> list[JobRequest]:

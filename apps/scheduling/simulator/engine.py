@@ -73,6 +73,7 @@ class ReplayResult:
     started: dict[int, float] = field(default_factory=dict)
     first_estimate: dict[int, float | None] = field(default_factory=dict)
     ended: dict[int, float] = field(default_factory=dict)
+    latest_min: dict[int, float] = field(default_factory=dict)  # the earliest "no later than" bound given
     cycles: int = 0
     cycle_s: list[float] = field(default_factory=list)
     core_s: float = 0.0
@@ -136,17 +137,17 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
     for name, gpu_seconds in (usage or {}).items():
         ledger.add(name, gpu_seconds, arrivals[0].request.submitted_at if arrivals else 0.0)
     result = ReplayResult()
-    started, ended, first = result.started, result.ended, result.first_estimate
+    started, ended, first, latest_min = result.started, result.ended, result.first_estimate, result.latest_min
     cycle_s = result.cycle_s
 
-    def set_slots(gids: list[int], free_at: float, expected: float | None) -> None:
+    def set_slots(gids: list[int], free_at: float, expected: float | None, since: float | None) -> None:
         for gid in gids:
             view, index = where[gid]
             if free_at == 0.0:
                 view.gpus[index] = free_slot[gid]
             else:
                 g = free_slot[gid]
-                view.gpus[index] = GpuSlot(gid, g.model, g.memory_mib, free_at, expected)
+                view.gpus[index] = GpuSlot(gid, g.model, g.memory_mib, free_at, expected, since)
 
     def run_s(jid: int) -> float:
         j = by_id[jid]
@@ -158,7 +159,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
             gids = held.pop(jid)
             for gid in gids:
                 del holder[gid]
-            set_slots(gids, 0.0, None)
+            set_slots(gids, 0.0, None, None)
             ran = end - started[jid]
             ended[jid] = end
             account = by_id[jid].request.account
@@ -225,6 +226,10 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
             for pend in decision.pending:
                 if pend.job_id in fresh_set:
                     first[pend.job_id] = pend.estimated_start
+        for pend in decision.pending:
+            bound = pend.latest_start
+            if bound is not None and bound < latest_min.get(pend.job_id, inf):
+                latest_min[pend.job_id] = bound
         # A run of 0 s ends at ``now``: the next turn of the loop finds its end at this same
         # instant, frees its GPUs and runs another pass, as an event-driven EASY does.
         if progress is not None and result.cycles % 500 == 0:
@@ -283,5 +288,6 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
         out.start = run.started.get(j.job_id)
         if j.job_id in run.first_estimate:
             out.first_estimate, out.estimated = run.first_estimate[j.job_id], True
+        out.latest_min = run.latest_min.get(j.job_id)
         outcomes.append(out)
     return Replay(outcomes, run.cycle_s, time.perf_counter() - wall, run.core_s)
