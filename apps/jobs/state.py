@@ -47,7 +47,7 @@ def _moved_values(to: str, now: datetime, fields: dict[str, object]) -> dict[str
     if stamp:
         values[stamp] = now
     if to != JobState.QUEUED:
-        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+        values.update(queue_position=None, estimated_start_at=None, latest_start_at=None, pending_reason="")
     return values
 
 
