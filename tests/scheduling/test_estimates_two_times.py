@@ -95,3 +95,18 @@ def test_no_write_and_no_push_while_nothing_happened_behind_an_overrunning_run(o
     assert [cycle(t) for t in (320, 400, 500, 599)] == [0, 0, 0, 0]  # and stays there, not sliding
     assert len(pushed) == 2
     assert Job.objects.get(pk=first.pk).state == "rented"
+
+
+@pytest.mark.django_db
+def test_the_api_and_the_job_page_show_both_times(owner, api, client, monkeypatch):
+    node_with_gpus("solo", count=1)
+    monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)
+    doc = {"name": "j", "work": {"command": "true", "kind": "other"}, "compute": {"gpus": 1, "time_limit": 900}}
+    job = job_submit(owner=owner, document=doc)
+    likely, latest = datetime(2030, 1, 2, 3, 4, tzinfo=UTC), datetime(2030, 1, 2, 5, 6, tzinfo=UTC)
+    Job.objects.filter(pk=job.pk).update(queue_position=1, estimated_start_at=likely, latest_start_at=latest)
+    body = api.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert (body["estimated_start_at"], body["latest_start_at"]) == ("2030-01-02T03:04:00Z", "2030-01-02T05:06:00Z")
+    client.force_login(owner)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Likely start" in html and "No later than" in html and "Jan 2, 05:06" in html
