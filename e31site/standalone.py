@@ -34,6 +34,11 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from apps.jobs.operator import jobs_holding, jobs_stop_holding
+from apps.jobs.tasks import node_watch_task
+from apps.live.push import set_local_loop
+from apps.pool.services import node_token_issue
+from apps.scheduling.cycle_loop import CycleLoop, cycle_wanted, set_runner
+from e31site.asgi import application
 
 log = logging.getLogger("e31.standalone")
 
@@ -102,9 +107,6 @@ def files_private() -> list[Path]:
 
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for."""
-    from apps.jobs.tasks import node_watch_task
-    from apps.scheduling.cycle_loop import cycle_wanted
-
     close_old_connections()
     try:
         node_watch_task()
@@ -172,7 +174,6 @@ class LocalAgents:
 
     def start(self) -> list[subprocess.Popen]:
         """Issue a fresh token per node and start each agent. Returns the processes."""
-        from apps.pool.services import node_token_issue
 
         with self._lock:
             for agent in self.agents:
@@ -289,9 +290,6 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     HTTP and WebSockets are served by uvicorn, which hands request bodies to the
     app as they arrive (Daphne buffered each whole in memory first, daphne#483).
     """
-    from apps.live.push import set_local_loop
-    from apps.scheduling.cycle_loop import CycleLoop, set_runner
-    from e31site.asgi import application
 
     url = f"http://{host}:{port}"
     files_private()
