@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 import pytest
 from django.utils import timezone
 
-from apps.agent_api.reports import agent_report, job_submit
+from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
+from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
 from apps.scheduling.adapter import policy_config, schedule_cycle
 from apps.scheduling.core import GpuSlot, JobRequest, NodeView
