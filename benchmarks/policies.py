@@ -10,6 +10,14 @@ the waits written in the trace (field 3), same jobs, no estimates.
     .venv/bin/python benchmarks/policies.py                      # --limit 20000, all policies and traces
     .venv/bin/python benchmarks/policies.py --limit 0            # full traces (slow)
     .venv/bin/python benchmarks/policies.py --policies fifo,easy --traces kth --out var/policies.json
+    # issue 14: the goals (e31 against easy) on both traces and generated workloads, met or not
+    .venv/bin/python benchmarks/policies.py --policies easy,e31 --no-recorded --goals \
+        --traces kth,sdsc,gen-small,gen-huge,gen-bursty --out var/goals.json
+
+Generated workloads (``gen-SHAPE``, :mod:`apps.scheduling.simulator.generate`) are written to
+``var/generated/`` (64 nodes of 8 GPUs, ``--gen-jobs`` jobs) and replayed like a trace.
+``--goals`` also replays the independent EASY of ``benchmarks/easy_reference.py`` on the real
+traces and checks ``easy`` against it (0.1 % of mean bsld).
 """
 from __future__ import annotations
 
@@ -25,14 +33,74 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import easy_reference  # noqa: E402
+
 from apps.scheduling.core import schedule  # noqa: E402
 from apps.scheduling.simulator import recorded_trace, simulate_trace  # noqa: E402
+from apps.scheduling.simulator.generate import SHAPES, write_swf  # noqa: E402
 
 TRACE_DIR = Path(os.environ.get("E31_TRACES", "/work/shared/traces"))
 TRACES = {
     "kth": ("KTH-SP2-1996-2.1-cln.swf.gz", 100, 1),
     "sdsc": ("SDSC-BLUE-2000-4.2-cln.swf.gz", 144, 8),
+    **{f"gen-{shape}": (f"generated/{shape}.swf", 64, 8) for shape in SHAPES},
 }
+GEN_DIR = ROOT / "var"
+GEN_JOBS = 4000
+# Issue 14 goals, e31 against easy on the same trace: (key, label, test(e31, easy) -> bool, how it is read)
+GOALS = [
+    ("bsld", "mean bsld <= 0.7x easy", lambda r, e: r["bsld_mean"] <= 0.7 * e["bsld_mean"],
+     lambda r: r["bsld_mean"]),
+    ("worst", "worst account bsld <= easy", lambda r, e: r["worst_account_bsld"] <= e["worst_account_bsld"],
+     lambda r: r["worst_account_bsld"]),
+    ("tail9", "9+ GPU longest wait <= easy", lambda r, e: _tail(r) <= _tail(e), lambda r: _tail(r)),
+    ("util", "utilisation >= easy - 1 point", lambda r, e: r["utilisation"] >= e["utilisation"] - 0.01,
+     lambda r: r["utilisation"]),
+    ("est60", "first likely estimates within 60 s >= 65 %", lambda r, e: r["estimate_within_60s"] >= 0.65,
+     lambda r: r["estimate_within_60s"]),
+    ("bound", "no-later-than bound never passed", lambda r, e: r["bound_passed"] == 0,
+     lambda r: r["bound_passed"]),
+]
+
+
+def _tail(r: dict) -> float:
+    return ((r.get("by_size") or {}).get("9+") or {}).get("wait_max_s") or 0.0
+
+
+def goals(results: list[dict]) -> list[dict]:
+    """One row per (trace, goal): e31's figure, easy's, met or not (None where a figure is missing)."""
+    by = {(r.get("trace_key"), r.get("policy")): r for r in results if "error" not in r}
+    rows = []
+    for trace in dict.fromkeys(r.get("trace_key") for r in results):
+        e31, easy = by.get((trace, "e31")), by.get((trace, "easy"))
+        if not e31 or not easy:
+            continue
+        for key, label, test, read in GOALS:
+            try:
+                met = bool(test(e31, easy))
+            except (TypeError, KeyError):
+                met = None
+            rows.append({"trace": trace, "goal": key, "label": label, "e31": read(e31), "easy": read(easy),
+                         "met": met})
+        ref = by.get((trace, "reference"))
+        if ref:
+            diff = abs(easy["bsld_mean"] - ref["reference_bsld"]) / ref["reference_bsld"]
+            rows.append({"trace": trace, "goal": "easy_ref", "label": "easy = independent EASY (0.1 % bsld)",
+                         "e31": None, "easy": easy["bsld_mean"], "reference": ref["reference_bsld"],
+                         "relative_difference": round(diff, 6), "met": diff <= 0.001})
+    return rows
+
+
+def goals_table(rows: list[dict]) -> str:
+    """Markdown: trace, goal, e31, easy, met."""
+    lines = ["| trace | goal | e31 | easy | met |", "|---|---|---|---|---|"]
+    for g in rows:
+        e31 = "-" if g["e31"] is None else f"{g['e31']:,.4g}" if isinstance(g["e31"], float) else f"{g['e31']:,}"
+        easy = g["easy"] if g["goal"] != "easy_ref" else f"{g['easy']} (reference {g['reference']})"
+        easy = f"{easy:,.4g}" if isinstance(easy, float) else str(easy)
+        met = {True: "met", False: "not met", None: "-"}[g["met"]]
+        lines.append(f"| {g['trace']} | {g['label']} | {e31} | {easy} | {met} |")
+    return "\n".join(lines)
 POLICIES = ("fifo", "easy", "e31")
 COLUMNS = [  # (key, header, format)
     ("trace", "trace", "short"), ("policy", "policy", "{}"), ("jobs", "jobs", "{:,}"),
@@ -58,9 +126,25 @@ def available(policy: str) -> bool:
     return True
 
 
-def run_one(trace: str, policy: str, limit: int | None) -> dict:
+def trace_path(trace: str, gen_jobs: int = GEN_JOBS) -> Path:
+    """The file of ``trace``: a real trace, or a generated workload written on first use."""
     name, nodes, gpus = TRACES[trace]
-    path = TRACE_DIR / name
+    if not trace.startswith("gen-"):
+        return TRACE_DIR / name
+    path = GEN_DIR / name.replace(".swf", f"-{gen_jobs}.swf")
+    if not path.exists():
+        write_swf(path, trace[4:], nodes=nodes, gpus_per_node=gpus, jobs=gen_jobs)
+    return path
+
+
+def run_one(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS) -> dict:
+    _name, nodes, gpus = TRACES[trace]
+    path = trace_path(trace, gen_jobs)
+    if policy == "reference":
+        jobs = easy_reference.read_jobs(path, gpus, nodes, limit)
+        bsld, wait = easy_reference.bsld_mean(jobs, easy_reference.easy(jobs, nodes, gpus))
+        return {"trace": path.name, "policy": policy, "trace_key": trace, "reference_bsld": bsld,
+                "reference_wait_mean_s": wait}
     if policy == "recorded":
         out = recorded_trace(path, nodes=nodes, gpus_per_node=gpus, limit=limit)
     else:
@@ -111,6 +195,8 @@ def main() -> dict:
     parser.add_argument("--no-recorded", action="store_true", help="leave out the recorded schedules")
     parser.add_argument("--workers", type=int, default=min(6, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--goals", action="store_true", help="print issue 14's goals, e31 against easy, met or not")
+    parser.add_argument("--gen-jobs", type=int, default=GEN_JOBS, help="jobs of each generated workload")
     args = parser.parse_args()
     limit = args.limit or None
     traces = [t.strip() for t in args.traces.split(",") if t.strip()]
@@ -122,11 +208,16 @@ def main() -> dict:
     for p in missing:
         print(f"policy {p!r} is not in the scheduling core yet: left out", file=sys.stderr)
     policies = [p for p in policies if p not in missing]
-    runs = [(t, p) for t in traces for p in ([] if args.no_recorded else ["recorded"]) + policies]
+    runs = [(t, p) for t in traces for p in ([] if args.no_recorded or t.startswith("gen-") else ["recorded"])
+            + policies]
+    if args.goals:
+        runs += [(t, "reference") for t in traces if not t.startswith("gen-")]
+    for t in traces:
+        trace_path(t, args.gen_jobs)  # generate once, before the workers start
     started = time.perf_counter()
     results: dict[tuple[str, str], dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        futures = {pool.submit(run_one, t, p, limit): (t, p) for t, p in runs}
+        futures = {pool.submit(run_one, t, p, limit, args.gen_jobs): (t, p) for t, p in runs}
         for fut in as_completed(futures):
             t, p = futures[fut]
             try:
@@ -135,12 +226,16 @@ def main() -> dict:
                 results[(t, p)] = {"trace": TRACES[t][0], "policy": p, "error": repr(exc)}
             print(f"done {t} {p} ({time.perf_counter() - started:,.0f} s)", file=sys.stderr)
     ordered = [results[k] for k in runs]
-    print(table([r for r in ordered if "error" not in r]))
+    print(table([r for r in ordered if "error" not in r and r["policy"] != "reference"]))
     for r in ordered:
         if "error" in r:
             print(f"\n{r['trace']} {r['policy']}: FAILED {r['error']}")
     report = {"benchmark": "policies", "limit": limit, "missing_policies": missing,
               "wall_s": round(time.perf_counter() - started, 1), "results": ordered}
+    if args.goals:
+        report["goals"] = goals(ordered)
+        print()
+        print(goals_table(report["goals"]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1))

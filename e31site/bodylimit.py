@@ -24,6 +24,10 @@ from importlib import import_module
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
+
+from apps.pool.services import node_for_token
+from apps.tokens.services import token_user
 
 FILE_PATHS = ("/api/v1/uploads/", "/jobs/new/")
 SLACK = 1 << 20  # multipart framing, form fields
@@ -43,12 +47,8 @@ def caller_known(headers: dict[bytes, bytes]) -> bool:
     scheme, _, credential = auth.partition(" ")
     credential = credential.strip()
     if scheme == "Token" and credential:
-        from apps.tokens.services import token_user
-
         return token_user(credential) is not None
     if scheme == "Node" and credential:
-        from apps.pool.services import node_for_token
-
         return node_for_token(credential) is not None
     cookies = headers.get(b"cookie", b"").decode("latin1")
     for part in cookies.split(";"):
@@ -65,8 +65,6 @@ def caller_known(headers: dict[bytes, bytes]) -> bool:
 def _caller_known_closing(headers: dict[bytes, bytes]) -> bool:
     """:func:`caller_known`, then the thread's database connection back to the pool (this runs
     outside any request, so Django's end-of-request hook would never close it)."""
-    from django.db import connections
-
     try:
         return caller_known(headers)
     finally:

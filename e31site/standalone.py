@@ -34,6 +34,12 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from apps.jobs.operator import jobs_holding, jobs_stop_holding
+from apps.jobs.tasks import node_watch_task
+from apps.live.push import set_local_loop
+from apps.metering.tasks import budget_alerts_task
+from apps.pool.services import node_token_issue
+from apps.scheduling.cycle_loop import CycleLoop, cycle_wanted, set_runner
+from e31site.asgi import application
 
 log = logging.getLogger("e31.standalone")
 
@@ -106,10 +112,6 @@ _budget_checked_at = [0.0]  # monotonic seconds of the last budget scan (the bea
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for; the
     budget alerts every ``E31_BUDGET_PERIOD_S`` (settings' beat schedule)."""
-    from apps.jobs.tasks import node_watch_task
-    from apps.metering.tasks import budget_alerts_task
-    from apps.scheduling.cycle_loop import cycle_wanted
-
     close_old_connections()
     try:
         node_watch_task()
@@ -180,7 +182,6 @@ class LocalAgents:
 
     def start(self) -> list[subprocess.Popen]:
         """Issue a fresh token per node and start each agent. Returns the processes."""
-        from apps.pool.services import node_token_issue
 
         with self._lock:
             for agent in self.agents:
@@ -297,9 +298,6 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     HTTP and WebSockets are served by uvicorn, which hands request bodies to the
     app as they arrive (Daphne buffered each whole in memory first, daphne#483).
     """
-    from apps.live.push import set_local_loop
-    from apps.scheduling.cycle_loop import CycleLoop, set_runner
-    from e31site.asgi import application
 
     url = f"http://{host}:{port}"
     files_private()

@@ -42,6 +42,7 @@ class NodeFactory(factory.django.DjangoModelFactory):
     simulated = True
     last_heartbeat_at = factory.LazyFunction(timezone.now)
     registered_at = factory.LazyFunction(timezone.now)
+    first_registered_at = factory.LazyAttribute(lambda o: o.registered_at)
 
 
 def node_with_gpus(name: str | None = None, *, count: int = 4, model: str = "H100-80GB",

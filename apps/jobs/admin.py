@@ -23,7 +23,7 @@ class JobAdmin(LedgerAdmin, admin.ModelAdmin):
     search_fields = ["name", "owner__username"]
     readonly_fields = ["state", "outcome", "spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
-                       "estimated_start_at", "pending_reason", "array", "array_index"]
+                       "estimated_start_at", "latest_start_at", "pending_reason", "array", "array_index"]
     inlines = [JobEventInline]
     actions = ["cancel_jobs"]
 

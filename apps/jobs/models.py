@@ -70,7 +70,10 @@ class Job(models.Model):
     max_attempts = models.PositiveIntegerField(default=2)
 
     queue_position = models.PositiveIntegerField(null=True, blank=True)
-    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True, help_text="Likely start, from predictions.")
+    latest_start_at = models.DateTimeField(null=True, blank=True, help_text=(
+        "No later than: the start in the plan by time limits (squeue --start); holds while no job is put "
+        "ahead of this one and the plan's reservations hold."))
     pending_reason = models.CharField(max_length=300, blank=True, default="")
 
     submitted_at = models.DateTimeField()

@@ -26,7 +26,7 @@ from .state import transition
 
 QUEUE_COLUMNS = ("id", "owner_id", "submitted_at", "gpus_per_node", "nodes", "time_limit_s", "priority_boost",
                  "gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime",
-                 "queue_position", "estimated_start_at", "pending_reason")
+                 "queue_position", "estimated_start_at", "pending_reason", "latest_start_at")
 HOLD_COLUMNS = ("id", "node_id", "rented_at", "time_limit_s", "predicted_runtime_s", "job__cpus", "job__memory_mib")
 
 
@@ -43,12 +43,12 @@ class DatabaseJobQueue:
         queued = Job.objects.filter(state=JobState.QUEUED).order_by("submitted_at", "id")
         if connection.vendor == "postgresql":  # epoch floats: no timestamp parsing per row
             cols = list(QUEUE_COLUMNS)
-            cols[2], cols[13] = "submitted_s", "estimated_s"
-            rows = queued.annotate(submitted_s=_epoch("submitted_at"),
-                                   estimated_s=_epoch("estimated_start_at")).values_list(*cols)
+            cols[2], cols[13], cols[15] = "submitted_s", "estimated_s", "latest_s"
+            rows = queued.annotate(submitted_s=_epoch("submitted_at"), estimated_s=_epoch("estimated_start_at"),
+                                   latest_s=_epoch("latest_start_at")).values_list(*cols)
             return [QueuedJob(*r[:7], tuple(r[7] or ()), *r[8:]) for r in rows]
         return [QueuedJob(*r[:2], r[2].timestamp(), *r[3:7], tuple(r[7] or ()), *r[8:13],
-                          r[13].timestamp() if r[13] else None, r[14])
+                          r[13].timestamp() if r[13] else None, r[14], r[15].timestamp() if r[15] else None)
                 for r in queued.values_list(*QUEUE_COLUMNS)]
 
     def holds(self) -> tuple[dict[int, Hold], list[tuple[int, int]]]:
@@ -85,14 +85,17 @@ class DatabaseJobQueue:
             with connection.cursor() as cur:
                 cur.execute(
                     f"UPDATE {table} AS j SET queue_position = v.pos, estimated_start_at = v.est, "
-                    "pending_reason = v.reason FROM unnest(%s::bigint[], %s::integer[], %s::timestamptz[], "
-                    "%s::text[]) AS v(id, pos, est, reason) WHERE j.id = v.id AND j.state = %s",
+                    "pending_reason = v.reason, latest_start_at = v.latest FROM unnest(%s::bigint[], %s::integer[], "
+                    "%s::timestamptz[], %s::text[], %s::timestamptz[]) AS v(id, pos, est, reason, latest) "
+                    "WHERE j.id = v.id AND j.state = %s",
                     [[c.job_id for c in changed], [c.queue_position for c in changed],
-                     [c.estimated_start_at for c in changed], [c.pending_reason for c in changed], JobState.QUEUED])
+                     [c.estimated_start_at for c in changed], [c.pending_reason for c in changed],
+                     [c.latest_start_at for c in changed], JobState.QUEUED])
         else:
             jobs = [Job(pk=c.job_id, queue_position=c.queue_position, estimated_start_at=c.estimated_start_at,
-                        pending_reason=c.pending_reason) for c in changed]
-            Job.objects.bulk_update(jobs, ["queue_position", "estimated_start_at", "pending_reason"], batch_size=500)
+                        pending_reason=c.pending_reason, latest_start_at=c.latest_start_at) for c in changed]
+            Job.objects.bulk_update(jobs, ["queue_position", "estimated_start_at", "pending_reason", "latest_start_at"],
+                                    batch_size=500)
         signals.queue_changed.send(sender=Job, changes=[(c.owner_id, c.job_id) for c in changed])
 
     def restamp_rent(self, job_ids: Sequence[int], stamped: datetime, at: datetime) -> None:

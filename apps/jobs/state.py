@@ -49,7 +49,7 @@ def _moved_values(to: str, now: datetime, fields: dict[str, object]) -> dict[str
     if stamp:
         values[stamp] = now
     if to != JobState.QUEUED:
-        values.update(queue_position=None, estimated_start_at=None, pending_reason="")
+        values.update(queue_position=None, estimated_start_at=None, latest_start_at=None, pending_reason="")
     if to == JobState.RELEASED:
         # Progress words ("running", "packing outputs") are stale once the GPUs are back; a
         # release that has something to say (lost output) passes its own status_message.

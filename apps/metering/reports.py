@@ -8,8 +8,9 @@ its overlap, see :mod:`apps.metering.days`):
 - charged: the billed span of charged leases (``rented_at`` + ``billed_seconds``);
 - revenue: the cost of charged leases, shared between days by that overlap;
 - down: :class:`~apps.pool.models.NodeDowntime` spans x the node's GPUs of the model;
-- capacity: the GPUs of the model the pool knows now x the day's hours (up to now);
-  the pool's past inventory is not recorded, so a day before a node joined counts it too;
+- capacity: the GPUs of the model the pool knows now x the day's hours (up to now), each
+  from its node's first registration (``Node.first_registered_at``): a day before a node
+  joined counts none of its GPUs (a GPU removed since is not counted on its past days);
 - idle: capacity - held - down, never below 0.
 """
 from __future__ import annotations
@@ -103,6 +104,19 @@ def _hours(seconds: float) -> Decimal:
     return (Decimal(str(seconds)) / Decimal(3600)).quantize(HOURS, ROUND_HALF_UP)
 
 
+def _capacity_seconds(first: date, last: date, *, tz: tzinfo, now: datetime) -> dict[tuple[date, str], float]:
+    """GPU-seconds of capacity per (local day, GPU model): each present GPU from its node's first
+    registration to ``now``, so a day before a node joined the pool counts none of its GPUs."""
+    capacity: dict[tuple[date, str], float] = defaultdict(float)
+    rows = (Gpu.objects.filter(present=True, node__first_registered_at__isnull=False)
+            .values_list("node__first_registered_at", "model").annotate(n=Count("id")))
+    for joined, model, count in rows:
+        for day, seconds in split_by_day(joined, now, tz):
+            if first <= day <= last:
+                capacity[day, model] += seconds * count
+    return capacity
+
+
 def operator_report(first: date, last: date, *, tz: tzinfo, now: datetime) -> Report:
     """The report for the local days ``first``..``last`` (both included) in ``tz``."""
     start, end = local_midnight(first, tz), local_midnight(last + timedelta(days=1), tz)
@@ -140,15 +154,14 @@ def operator_report(first: date, last: date, *, tz: tzinfo, now: datetime) -> Re
                     down[day, model] += seconds * int(count)
 
     gpus = dict(Gpu.objects.filter(present=True).values_list("model").annotate(n=Count("id")))
+    capacity_s = _capacity_seconds(first, last, tz=tz, now=now)
     models = sorted(set(gpus) | {m for _, m in held} | {m for _, m in down})
     rows = []
     day = first
     while day <= last:
-        day_start, day_end = local_midnight(day, tz), min(local_midnight(day + timedelta(days=1), tz), now)
-        day_seconds = max(0.0, (day_end - day_start).total_seconds())
         for model in models:
             key = (day, model)
-            capacity = gpus.get(model, 0) * day_seconds
+            capacity = capacity_s[key]
             idle = max(0.0, capacity - held[key] - down[key])
             rows.append(ReportRow(day, model, gpus.get(model, 0), _hours(capacity), _hours(held[key]), _hours(idle),
                                   _hours(down[key]), _hours(charged[key]),

@@ -50,12 +50,6 @@ def usage_leases(*, user, start: datetime | None = None, end: datetime | None = 
     return qs.order_by("-rented_at", "-id")
 
 
-def lease_held_seconds(lease: Lease, now: datetime | None = None) -> float:
-    """Seconds the lease held its GPUs: rent to release (or to now if still open)."""
-    end = lease.released_at or now or timezone.now()
-    return max(0.0, (end - lease.rented_at).total_seconds())
-
-
 CSV_COLUMNS = ["lease_id", "job_id", "job_name", "attempt", "node", "gpu_model", "gpu_count",
                "rented_at", "run_ended_at", "released_at", "held_seconds", "billed_seconds",
                "rate_per_gpu_hour", "cost", "charged", "end_reason", "outcome"]
@@ -183,8 +177,10 @@ def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None
     """Worst-case cost per accepted model for a compute part, or None if it is not complete.
 
     ``compute`` is a spec's compute part, or the form's inputs as typed (text).
-    ``rows`` are :func:`rate_table` rows with ``worst_case`` (a Decimal to the cent)
-    added, for the models ``compute.gpu_model`` accepts (all when none is named).
+    ``rows`` are :func:`rate_table` rows with ``worst_case`` (a Decimal to the cent) and
+    ``enough`` (the pool has at least the GPUs asked, summed over its nodes) added, for the
+    models ``compute.gpu_model`` accepts (all when none is named) that the pool holds at least
+    one GPU of: a model with a rate but no GPU is never quoted.
     """
     if not isinstance(compute, Mapping):
         return None
@@ -208,9 +204,11 @@ def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None
     for row in rate_table(now):
         if wanted and not any(model_matches(w, row["gpu_model"]) for w in wanted):
             continue
+        if not row["total"]:
+            continue  # a rate but no GPU of the model in the pool: nothing this job could run on
         worst = worst_case_cost(seconds, gpus * nodes, row["rate_per_gpu_hour"])
         worst = worst.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-        rows.append({**row, "worst_case": worst})
+        rows.append({**row, "worst_case": worst, "enough": row["total"] >= gpus * nodes})
     return Estimate(gpus=gpus * nodes, time_limit=format_duration(seconds), rows=rows)
 
 

@@ -24,7 +24,8 @@ HOUR = Decimal(3600)
 class Line:
     """One lease on a statement.
 
-    ``held_seconds``: rent to release (to ``now`` while open), whole seconds.
+    ``held_seconds``: rent to release (to ``now`` while open), whole seconds rounded up as the
+    billed ones are (:func:`held_seconds_to`), so a line never reads held 8 s, billed 9 s.
     ``billed_seconds`` and ``cost`` (USD, 6 places): the ledger's, or so far
     while the run goes on (``running``). ``cost_cents``: this line's share of
     the statement's total to the cent (charged lines; see
@@ -94,6 +95,13 @@ def lease_outcome(lease: Lease) -> str:
 Period = tuple[datetime | None, datetime | None]
 
 
+def held_seconds_to(moment: datetime, lease: Lease) -> int:
+    """Whole seconds from ``lease``'s rent to ``moment``, rounded up like billed seconds
+    (:func:`apps.metering.billing.billed_seconds`); 0 before the rent. The parts of adjacent
+    periods (``held_seconds_to(end) - held_seconds_to(start)``) add up to the whole exactly."""
+    return max(0, math.ceil(round((moment - lease.rented_at).total_seconds(), 6)))
+
+
 def _seconds_before(moment: datetime | None, lease: Lease, billed: int, *, default: int) -> int:
     """Billed seconds of ``lease`` before ``moment``: ``ceil(moment - rented_at)`` within ``[0, billed]``.
 
@@ -110,7 +118,7 @@ def _in_period(line: Line, period: Period, now: datetime) -> Line:
     lease, (start, end) = line.lease, period
     held_from = max(lease.rented_at, start) if start else lease.rented_at
     held_to = min(lease.released_at or now, end) if end else (lease.released_at or now)
-    line.held_seconds = max(0, round((held_to - held_from).total_seconds()))
+    line.held_seconds = held_seconds_to(held_to, lease) - held_seconds_to(held_from, lease)
     if line.billed_seconds is None:
         return line
     billed = line.billed_seconds
@@ -134,7 +142,7 @@ def statement_of(leases, now: datetime, period: Period | None = None) -> Stateme
     lines = []
     for lease in leases:
         end = lease.released_at or now
-        held = max(0, round((end - lease.rented_at).total_seconds()))
+        held = held_seconds_to(end, lease)
         price = lease_price(lease, now)
         line = Line(lease, held, price.billed_seconds, price.cost, price.running, lease_outcome(lease))
         lines.append(_in_period(line, period, now) if period else line)

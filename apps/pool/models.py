@@ -43,6 +43,9 @@ class Node(models.Model):
         help_text="GPU health from the last heartbeat: {source, at, gpus: [{uuid, index, temperature_c, "
                   "utilization_pct, memory_used_mb, ecc_uncorrected, ecc_corrected}]}.")
     registered_at = models.DateTimeField(null=True, blank=True)
+    first_registered_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the node first joined the pool: the operator report counts its GPUs from then on.")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -54,6 +54,7 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
         setattr(node, key, inventory[key])
     node.sandboxed = bool(inventory.get("sandboxed", False))  # an agent that does not say is not sealed
     node.registered_at = node.last_heartbeat_at = now
+    node.first_registered_at = node.first_registered_at or now
     node.state = NodeState.DRAINING if node.drain else NodeState.UP
     node.save()
     seen = set()

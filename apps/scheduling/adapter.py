@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
 from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
 
-from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, predict_runtime, schedule
+from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, predict_runtime, schedule
 from .core.matching import model_matches, node_could_ever_hold
 from .models import SchedulerCycle
 from .ports import PositionChange, QueuedJob, job_queue
@@ -110,27 +111,23 @@ def pool_views(now: datetime) -> list[NodeView]:
     Plain reads (no model instances, no job specs): the holds through the port (with the CPUs
     and memory, MiB, their jobs hold a node's with), GPUs and nodes as ``values_list``.
     """
-    held: dict[int, float] = {}
-    expected: dict[int, float | None] = {}
+    held: dict[int, tuple[float, float | None, float | None]] = {}  # GPU id -> (free_at, expected, started)
     used_cpus: dict[int, int] = defaultdict(int)
     used_mem: dict[int, int] = defaultdict(int)
     soon = now.timestamp() + 1
     leases = {}
     holds, held_gpus = job_queue().holds()
     for lease_id, hold in holds.items():
-        start = hold.rented_at_s
-        # A job past its limit but not yet released still holds the GPU: it
-        # frees "any moment now", never in the past.
-        leases[lease_id] = (max(start + hold.time_limit_s, soon),
-                            None if hold.predicted_runtime_s is None else start + hold.predicted_runtime_s)
+        # The replay builds its slots with the same function (one overrun rule: the core's planned_end).
+        leases[lease_id] = held_until(hold.rented_at_s, hold.time_limit_s, hold.predicted_runtime_s, soon - 1)
         used_cpus[hold.node_id] += hold.cpus
         used_mem[hold.node_id] += hold.memory_mib
     for gpu_id, lease_id in held_gpus:
-        held[gpu_id], expected[gpu_id] = leases.get(lease_id, (soon, None))
+        held[gpu_id] = leases.get(lease_id, (soon, None, None))
     gpus: dict[int, list[GpuSlot]] = defaultdict(list)
     for gpu_id, node_id, model, memory_mib in Gpu.objects.filter(present=True).exclude(
             node__state=NodeState.DOWN).order_by("node_id", "index").values_list("id", "node_id", "model", "memory_mb"):
-        gpus[node_id].append(GpuSlot(gpu_id, model, memory_mib, held.get(gpu_id, 0.0), expected.get(gpu_id)))
+        gpus[node_id].append(GpuSlot(gpu_id, model, memory_mib, *held.get(gpu_id, (0.0, None, None))))
     views = []
     for n_id, name, state, cpus, memory_bytes, runtimes in Node.objects.exclude(state=NodeState.DOWN).values_list(
             "id", "name", "state", "cpus", "memory_bytes", "runtimes"):
@@ -211,10 +208,11 @@ def _estimate_moved(old: float | None, new: float | None) -> bool:
 
 def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
     """Run one cycle: rent GPUs to the jobs that can start, refresh every queued job's
-    position, estimate and reason, writing (and pushing) only what changed meaningfully:
-    a new position or reason, or an estimated start that moved by :data:`ESTIMATE_SLACK_S`
-    or more (the estimates of a queue behind an overrunning job drift every cycle; they
-    are written once a minute, not every cycle).
+    position, likely start, "no later than" bound and reason, writing (and pushing) only what
+    changed meaningfully: a new position or reason, or a likely start or bound that moved by
+    :data:`ESTIMATE_SLACK_S` or more. The likely start moves only with a cause (issue 14 item
+    3): a job ended or arrived, or a run outlived its prediction (the core raises an overrun
+    prediction in steps, :func:`apps.scheduling.core.planned_end`, not at every cycle).
 
     Returns:
         ``{"placed": n, "queued": m, "seconds": cycle time}``.
@@ -253,10 +251,12 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         for pend in decision.pending:
             row = by_id[pend.job_id]
             est = float(int(pend.estimated_start)) if pend.estimated_start is not None else None  # whole s
+            latest = float(math.ceil(pend.latest_start)) if pend.latest_start is not None else None
             if (row.queue_position != pend.queue_position or row.pending_reason != pend.reason
-                    or _estimate_moved(row.estimated_start_s, est)):
+                    or _estimate_moved(row.estimated_start_s, est) or _estimate_moved(row.latest_start_s, latest)):
                 changed.append(PositionChange(pend.job_id, row.owner_id, pend.queue_position,
-                                              None if est is None else datetime.fromtimestamp(est, UTC), pend.reason))
+                                              None if est is None else datetime.fromtimestamp(est, UTC), pend.reason,
+                                              None if latest is None else datetime.fromtimestamp(latest, UTC)))
         if changed:
             queue.write_positions(changed)  # and one push per owner after commit
         # Reserved jobs' inputs go to their planned nodes' caches now, meter off (issue 4, item 7).

@@ -32,6 +32,7 @@ class QueuedJob(NamedTuple):
     queue_position: int | None  # as last written
     estimated_start_s: float | None  # as last written, epoch seconds
     pending_reason: str  # as last written
+    latest_start_s: float | None = None  # "no later than" as last written, epoch seconds
 
 
 class Hold(NamedTuple):
@@ -51,8 +52,9 @@ class PositionChange(NamedTuple):
     job_id: int
     owner_id: int
     queue_position: int
-    estimated_start_at: datetime | None
+    estimated_start_at: datetime | None  # likely start
     pending_reason: str
+    latest_start_at: datetime | None = None  # "no later than"
 
 
 class JobQueue(Protocol):

@@ -1,5 +1,9 @@
 """Fair-share usage and runtime history per account, kept incrementally (SPEC §5).
 
+The live site's copy of the one ledger: the rule is :func:`apps.scheduling.core.charge` and
+:func:`apps.scheduling.core.remember_run`, the same functions the replay's in-memory
+:class:`apps.scheduling.core.UsageLedger` applies, so live and replayed cycles see the same usage.
+
 Fair share follows Slurm's classic decayed usage
 (https://slurm.schedmd.com/priority_multifactor.html, "PriorityDecayHalfLife"):
 usage decays by half every half-life; a cycle reads it, never re-sums the ledger.
@@ -14,11 +18,9 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from apps.scheduling.core import decay
+from apps.scheduling.core import charge, decay, remember_run
 
 from .models import AccountUsage
-
-RECENT_RUNS = 2
 
 
 @transaction.atomic
@@ -29,12 +31,12 @@ def usage_record(*, owner_id: int, gpu_seconds: float, runtime_s: float | None, 
     by the state machine). Row-locked so two releases at once both count.
     """
     usage, _ = AccountUsage.objects.select_for_update().get_or_create(owner_id=owner_id, defaults={"updated_at": now})
-    elapsed = (now - usage.updated_at).total_seconds()
-    usage.decayed_gpu_seconds = decay(usage.decayed_gpu_seconds, elapsed, settings.E31_FAIRSHARE_HALF_LIFE_S)
-    usage.decayed_gpu_seconds += max(0.0, gpu_seconds)
-    usage.updated_at = max(now, usage.updated_at)
+    value, stamp = charge(usage.decayed_gpu_seconds, usage.updated_at.timestamp(), gpu_seconds, now.timestamp(),
+                          settings.E31_FAIRSHARE_HALF_LIFE_S)
+    usage.decayed_gpu_seconds = value
+    usage.updated_at = max(now, usage.updated_at)  # = stamp, kept as the aware datetime given
     if runtime_s is not None:
-        usage.recent_runtimes_s = ([*usage.recent_runtimes_s, round(max(0.0, runtime_s), 3)])[-RECENT_RUNS:]
+        usage.recent_runtimes_s = remember_run(usage.recent_runtimes_s, runtime_s)
     usage.save()
     return usage
 

@@ -39,7 +39,7 @@ def _lease(owner, clock, node, start, seconds, *, gpus=1, lost=False):
 
 
 def test_the_report_splits_gpu_hours_per_day_and_model(frozen_clock, owner, stranger):
-    node = node_with_gpus("n1", count=4)
+    node = node_with_gpus("n1", count=4, first_registered_at=DAY - timedelta(days=1))
     _lease(owner, frozen_clock, node, DAY + timedelta(hours=10), 2 * 3600, gpus=2)  # 4 GPU-h charged, 4.4 held
     _lease(stranger, frozen_clock, node, DAY + timedelta(hours=23), 2 * 3600)  # 1 h today, 1 h tomorrow
     _lease(stranger, frozen_clock, node, DAY + timedelta(hours=3), 3600, lost=True)  # held, not charged
@@ -94,3 +94,26 @@ def test_a_lost_node_records_its_down_time_until_it_registers_again(frozen_clock
     node_register(node=node, inventory=inventory)
     span.refresh_from_db()
     assert span.up_at == silent_since + timedelta(minutes=5)
+
+
+def test_no_capacity_or_idle_hours_before_a_node_first_joined(frozen_clock):
+    """A pool minutes old showed 1,952 idle GPU-hours over the days before it existed (issue 16)."""
+    frozen_clock.set(DAY + timedelta(hours=18))
+    node = node_with_gpus("n1", count=4, first_registered_at=None)
+    node_register(node=node, inventory={"hostname": "n1.local", "agent_version": "t", "cpus": 8,
+                                        "memory_bytes": 10**10, "disk_bytes": 10**11, "runtimes": [],
+                                        "simulated": True, "gpus": [
+                                            {"index": i, "uuid": g.uuid, "model": "H100-80GB", "memory_mb": 81559}
+                                            for i, g in enumerate(node.gpus.order_by("index"))]})
+    node.refresh_from_db()
+    assert node.first_registered_at == DAY + timedelta(hours=18)
+    before, joined = operator_report(date(2025, 5, 5), date(2025, 5, 6), tz=UTC,
+                                     now=DAY + timedelta(hours=20)).rows
+    assert (before.capacity, before.idle) == (Decimal("0.00"), Decimal("0.00"))
+    assert (joined.capacity, joined.idle) == (Decimal("8.00"), Decimal("8.00"))  # 4 GPUs x 2 h
+    frozen_clock.set(DAY + timedelta(days=3))
+    node_register(node=node, inventory={"hostname": "n1.local", "agent_version": "t", "cpus": 8,
+                                        "memory_bytes": 10**10, "disk_bytes": 10**11, "runtimes": [],
+                                        "simulated": True, "gpus": []})
+    node.refresh_from_db()
+    assert node.first_registered_at == DAY + timedelta(hours=18)  # a later registration keeps the first

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, schedule
-from apps.scheduling.core.replay import ReplayJob, replay
+from apps.scheduling.simulator.engine import ReplayJob
+from apps.scheduling.simulator.engine import replay_jobs as replay
 
 NOW = 1_000_000.0
 

@@ -3,7 +3,8 @@ import heapq
 import random
 
 from apps.scheduling.core import GpuSlot, JobRequest, NodeView, schedule
-from apps.scheduling.core.replay import ReplayJob, replay
+from apps.scheduling.simulator.engine import ReplayJob
+from apps.scheduling.simulator.engine import replay_jobs as replay
 
 NOW = 1_000_000.0
 

@@ -6,16 +6,14 @@ import json
 import pytest
 from django.core.management import call_command
 
+from apps.scheduling.core import UsageLedger, charge, held_until, predict_runtime, remember_run
 from apps.scheduling.simulator import (
-    UsageBook,
     bounded_slowdown,
-    expected_end,
     jain_index,
     load_jobs,
     map_job,
     parse_line,
     percentile,
-    predict_runtime,
     read_swf,
     recorded_trace,
     replay,
@@ -140,21 +138,20 @@ def test_percentile_and_size_class():
     assert [size_class(n) for n in (1, 2, 8, 9, 128)] == ["1", "2-8", "2-8", "9+", "9+"]
 
 
-def test_prediction_usage_and_expected_end():
-    assert predict_runtime([], 100) is None
+def test_the_replay_uses_the_live_sites_ledger_predictor_and_held_slots():
+    """One set of input functions (issue 14 item 1): the core's, which the live adapter calls too."""
+    assert predict_runtime([], 100) == 100.0  # no history: the time limit
     assert predict_runtime([40], 100) == 40
-    assert predict_runtime([10, 30, 50], 100) == 40  # last two
+    assert predict_runtime(remember_run(remember_run([10], 30), 50), 100) == 40  # last two
     assert predict_runtime([300, 500], 100) == 100  # capped by the limit
-    book = UsageBook(half_life_s=100)
-    book.add("a", 80, now=0)
-    assert book.get("a", 100) == pytest.approx(40)
-    book.add("a", 10, now=200)
-    assert book.get("a", 200) == pytest.approx(30)
-    assert book.get("b", 200) == 0.0 and "b" not in book
-    assert expected_end(0, None, 100, 10) is None
-    assert expected_end(0, 30, 100, 10) == 30
-    assert expected_end(0, 30, 100, 40) == 80  # past the prediction: as long again as it has run
-    assert expected_end(0, 30, 100, 60) == 100  # never past the limit
+    ledger = UsageLedger(half_life_s=100)
+    ledger.add("a", 80, at=0)
+    assert ledger.snapshot(100) == {"a": pytest.approx(40)}
+    ledger.add("a", 10, at=200)
+    assert ledger.snapshot(200) == {"a": pytest.approx(30)}
+    assert charge(80, 0, 10, 200, 100) == (pytest.approx(30), 200)
+    assert held_until(0, 100, 30, now=0) == (100, 30, 0)
+    assert held_until(0, 100, None, now=150) == (151, None, 0)  # past its limit, not yet released
 
 
 def test_tiny_trace_fifo_replay_matches_the_hand_schedule(tiny):
@@ -163,8 +160,8 @@ def test_tiny_trace_fifo_replay_matches_the_hand_schedule(tiny):
     by_id = {o.job_id: o for o in result.outcomes}
     assert {j: o.wait_s for j, o in by_id.items()} == WAITS
     assert {j: o.first_estimate for j, o in by_id.items()} == ESTIMATES
-    # one cycle per distinct event time: 0 10 20 100 150 160 170(none left, but 180 ends) 180 200 300
-    assert len(result.cycle_s) == len({0, 10, 20, 100, 150, 160, 180, 200, 300})
+    # one cycle per distinct event time with a job queued (180 and 300 only end runs)
+    assert len(result.cycle_s) == len({0, 10, 20, 100, 150, 160, 200})
 
 
 def test_tiny_trace_figures(tiny):

@@ -1,6 +1,7 @@
 """The new-job form: four parts, YAML paste or file, examples, errors in place, price."""
 import hashlib
 import re
+from decimal import Decimal
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.artifacts.models import Upload
+from apps.core.models import AccountProfile
 from apps.jobs.examples import example_attachments, example_file, example_names
 from apps.jobs.models import Job
 
@@ -431,3 +433,22 @@ def test_the_estimate_waits_for_a_complete_compute_part(web, node):
 def test_an_example_page_estimates_its_price(web, node):
     html = web.get("/jobs/new/?example=training").content.decode()
     assert "time limit (10m) on 1 GPU" in html and "$0.42" in html  # 10 min x 1 x 2.49
+
+
+# --- the price panel (issue 16) -------------------------------------------------
+def test_a_model_with_a_rate_but_no_gpu_in_the_pool_is_never_quoted(web, node):
+    html = web.get("/jobs/new/estimate/?gpus=1&nodes=1&time_limit=1h").content.decode()
+    assert "H100-80GB" in html  # the pool's own model is quoted
+    assert "H200-141GB" not in html and "RTX4090-24GB" not in html  # rates (seeded) but no GPU
+
+
+def test_more_gpus_than_the_pool_has_get_no_worst_case(web, node):
+    html = web.get("/jobs/new/estimate/?gpus=8&nodes=8&time_limit=1h").content.decode()
+    assert "the pool has 4" in html
+
+
+def test_the_panel_says_what_is_left_of_the_spend_limit(web, user, node):
+    AccountProfile.objects.update_or_create(owner=user, defaults={"monthly_spend_limit": Decimal("50")})
+    html = web.get("/jobs/new/").content.decode()
+    assert "Your spend limit: $50.00 this month" in html and "$50.00</strong> left" in html
+    assert "$50.00</strong> left" in web.get("/jobs/new/estimate/?gpus=1&time_limit=1h").content.decode()

@@ -31,7 +31,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "url", "name", "spec", "state", "outcome", "end_reason", "status_message",
-            "queue_position", "estimated_start_at", "pending_reason",
+            "queue_position", "estimated_start_at", "latest_start_at", "pending_reason",
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
             "log_size", "cancel_requested_at", "staging", "array_id", "array_index",

@@ -5,9 +5,19 @@ Nothing in this package imports Django, so the live site
 tests call one cycle directly.
 """
 from .core import POLICIES, policy_config, schedule
-from .priority import UsageLedger, decay, fairshare_factor, planned_end, predict_runtime
+from .priority import (
+    RECENT_RUNS,
+    UsageLedger,
+    charge,
+    decay,
+    fairshare_factor,
+    held_until,
+    planned_end,
+    predict_runtime,
+    remember_run,
+)
 from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
 
-__all__ = ["POLICIES", "Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement", "PolicyConfig",
-           "Reservation", "UsageLedger", "decay", "fairshare_factor", "planned_end", "policy_config",
-           "predict_runtime", "schedule"]
+__all__ = ["POLICIES", "RECENT_RUNS", "Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement",
+           "PolicyConfig", "Reservation", "UsageLedger", "charge", "decay", "fairshare_factor", "held_until",
+           "planned_end", "policy_config", "predict_runtime", "remember_run", "schedule"]

@@ -30,7 +30,13 @@ Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
 Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
 that are up (see :mod:`.pool`). Every job not started gets a queue
 position (1 = next), an estimated start (epoch s, >= now; None if no set of
-up nodes can ever hold it) and a reason in plain words.
+up nodes can ever hold it) and a reason in plain words, and a bound, "no
+later than" (issue 14 item 3): its start in the plan by time limits, in which
+what runs ends at its limit and every job ahead of it in the queue's order
+holds its whole limit from its own earliest start, none before a job ahead of
+it (list scheduling, no job filling a gap before it: Slurm's ``squeue --start``). It holds while no job is
+put ahead of this one (a later arrival of higher priority) and the
+reservations made hold; never earlier than the estimated start.
 """
 from __future__ import annotations
 
@@ -249,18 +255,23 @@ class _Cycle:
         ``monotone``: no job may start before one ahead of it (``fifo``).
         """
         walk = None
-        not_before = self.now
+        bounds = EstimateWalk(self.pool, limits=True) if self.waiting else None
+        not_before = not_latest = self.now
         for position, (job, why, reserved) in enumerate(self.waiting, 1):
             start = reserved
             if start is None:
                 walk = walk or EstimateWalk(self.pool)
                 start = walk.place(job, self.planned(job), not_before)
+            latest = bounds.place(job, float(job.time_limit_s), not_latest)
+            if latest is not None:
+                not_latest = latest  # the bound never puts a job before one ahead of it
             if start is not None:
                 start = max(start, self.now)
                 if monotone:
                     not_before = start
+                latest = None if latest is None else max(latest, start)
             reason = self.reason(job, position, why, start, reserved, shares)
-            self.decision.pending.append(Pending(job.job_id, position, start, reason))
+            self.decision.pending.append(Pending(job.job_id, position, start, reason, latest))
 
     def reason(self, job: JobRequest, position: int, why: str, start: float | None,
                reserved: float | None, shares: dict[str, float]) -> str:

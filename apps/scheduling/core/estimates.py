@@ -21,14 +21,22 @@ from .types import JobRequest
 class EstimateWalk:
     """Per-unit GPU availability after the cycle's placements and reservations."""
 
-    def __init__(self, pool: Pool):
+    def __init__(self, pool: Pool, *, limits: bool = False):
+        """``limits``: the plan by time limits (the bound, ``squeue --start``): what runs ends at
+        its limit, what starts now holds its limit, and no reservation is held (the walk places
+        the reserved jobs too, in their turn)."""
         self.pool = pool
         now = pool.now
         self.avail: list[list[float]] = []
         for unit in pool.units:
-            avail = [now] * unit.free0 + unit.ends
-            if unit.holds:
-                for _start, end, count in sorted(unit.holds):
+            ends, holds = unit.ends, unit.holds
+            if limits:
+                if unit.lends is not None:
+                    ends, holds = unit.lends, unit.lholds
+                holds = [h for h in holds if h[0] <= now]  # placements only
+            avail = [now] * unit.free0 + ends
+            if holds:
+                for _start, end, count in sorted(holds):
                     avail = sorted(avail[count:] + [end] * count)
             self.avail.append(avail)
         self.version = [0] * len(pool.units)

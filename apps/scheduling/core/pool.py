@@ -397,9 +397,10 @@ def _node_units(node: NodeView, now: float, use_predictions: bool) -> list:
                     ends.append(expected)
                     if expected < valid_until:
                         valid_until = expected
-                else:  # overrun: the planned end moves with the clock
-                    ends.append(planned_end(free_at, expected, now))
-                    valid_until = now
+                else:  # overrun: the planned end moves in steps (or with the clock, start unknown)
+                    end = planned_end(free_at, expected, now, g.started_at)
+                    ends.append(end)
+                    valid_until = min(valid_until, end) if g.started_at is not None else now
             else:
                 ends.append(free_at)
         ends.sort()

@@ -40,11 +40,30 @@ def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
     return value * math.pow(2.0, -elapsed_s / half_life_s)
 
 
+RECENT_RUNS = 2  # run times an account's history keeps for :func:`predict_runtime`
+
+
+def charge(value: float, stamp: float, gpu_seconds: float, at: float,
+           half_life_s: float) -> tuple[float, float]:
+    """One account's decayed usage ``(value GPU-seconds, stamp epoch s)`` after charging
+    ``gpu_seconds`` (negative counts as 0) at ``at``: the stored value decays from its stamp to
+    ``at``, then the charge is added; the stamp never goes back. The one fair-share ledger rule,
+    kept in memory by :class:`UsageLedger` (replays) and in ``AccountUsage`` rows by
+    :func:`apps.scheduling.usage.usage_record` (the live site)."""
+    return decay(value, at - stamp, half_life_s) + max(0.0, gpu_seconds), max(at, stamp)
+
+
+def remember_run(recent_runs_s: Sequence[float], runtime_s: float) -> list[float]:
+    """An account's run-time history after a run of ``runtime_s`` seconds ended: the last
+    :data:`RECENT_RUNS`, oldest first, rounded to the millisecond."""
+    return [*recent_runs_s, round(max(0.0, runtime_s), 3)][-RECENT_RUNS:]
+
+
 class UsageLedger:
     """Decayed GPU-seconds per account, kept incrementally (never re-summed from history).
 
     Each account keeps ``(value, stamp)``; reading or adding decays the stored
-    value from its stamp to the given time, so each update is O(1).
+    value from its stamp to the given time (:func:`charge`), so each update is O(1).
     """
 
     def __init__(self, half_life_s: float = 7 * 86400.0):
@@ -54,11 +73,24 @@ class UsageLedger:
     def add(self, account: str, gpu_seconds: float, at: float) -> None:
         """Charge ``gpu_seconds`` to ``account`` at time ``at`` (epoch s)."""
         value, stamp = self._usage.get(account, (0.0, at))
-        self._usage[account] = (decay(value, at - stamp, self.half_life_s) + gpu_seconds, at)
+        self._usage[account] = charge(value, stamp, gpu_seconds, at, self.half_life_s)
 
     def snapshot(self, now: float) -> dict[str, float]:
-        """``{account: decayed GPU-seconds at now}``, the ``usage`` argument of :func:`schedule`."""
-        return {a: decay(v, now - t, self.half_life_s) for a, (v, t) in self._usage.items()}
+        """``{account: decayed GPU-seconds at now}`` of every account charged so far (the live
+        site passes every account's too), the ``usage`` argument of :func:`schedule`."""
+        hl = self.half_life_s
+        return {a: decay(v, now - t, hl) for a, (v, t) in self._usage.items()}
+
+
+def held_until(started_at: float, time_limit_s: float, predicted_runtime_s: float | None,
+               now: float) -> tuple[float, float | None, float]:
+    """``(free_at, expected_free_at, started_at)`` of a GPU held by a run that started at
+    ``started_at`` (epoch s): its time limit's end, never before ``now + 1`` (a run past its limit
+    but not yet released frees "any moment now"), its predicted end (None without a
+    prediction), and the start. What the live adapter and the replay both put in
+    :class:`~.types.GpuSlot`; an overrun prediction is handled by :func:`planned_end`."""
+    free_at = max(started_at + time_limit_s, now + 1)
+    return free_at, None if predicted_runtime_s is None else started_at + predicted_runtime_s, started_at
 
 
 def fairshare_factor(account_usage: float, total_usage: float, n_accounts: int) -> float:
@@ -86,14 +118,18 @@ def predict_runtime(recent_runs: Sequence[float], time_limit_s: float) -> float:
     return max(1.0, min(float(time_limit_s), sum(runs) / len(runs)))
 
 
-def planned_end(free_at: float, expected_free_at: float | None, now: float) -> float:
+def planned_end(free_at: float, expected_free_at: float | None, now: float,
+                started_at: float | None = None) -> float:
     """When a held GPU should come free for planning, in epoch seconds.
 
-    The holder's predicted end; if the holder has outlived its prediction,
-    the prediction is pushed out by as long again as it has overrun (at least
-    60 s), never past the time limit: Tsafrir et al. 2007 raise an
-    underestimated prediction rather than trust it, and the plan repairs
-    itself at the next cycle.
+    The holder's predicted end; if the holder has outlived its prediction, the
+    prediction is raised (Tsafrir et al. 2007 raise an underestimated
+    prediction rather than trust it), never past the time limit. With the
+    run's start known, in steps: the predicted length doubles each time the run
+    outlives it (``start + p * 2**k``, the first such end after ``now``), so the
+    plan, and the estimates behind it, move only when a run outlives its
+    prediction again, not at every cycle (issue 14 item 3). Without the start:
+    as long again as it has overrun, at least 60 s from now.
     """
     if free_at <= now:
         return free_at
@@ -101,7 +137,15 @@ def planned_end(free_at: float, expected_free_at: float | None, now: float) -> f
         return free_at
     if expected_free_at > now:
         return expected_free_at
-    return min(free_at, now + max(60.0, now - expected_free_at))
+    if started_at is None or started_at >= expected_free_at:
+        return min(free_at, now + max(60.0, now - expected_free_at))
+    predicted = expected_free_at - started_at
+    steps = math.floor(math.log2((now - started_at) / predicted)) + 1
+    end = started_at + predicted * 2.0 ** steps
+    while end <= now:  # float rounding at an exact step
+        end += predicted * 2.0 ** (steps - 1)
+        steps += 1
+    return min(free_at, end)
 
 
 def order_fifo(queue: Iterable[JobRequest]) -> list[JobRequest]:

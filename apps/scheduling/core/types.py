@@ -38,6 +38,7 @@ class GpuSlot:
     memory_mib: int
     free_at: float = 0.0
     expected_free_at: float | None = None  # by the holder's predicted runtime; None: same as free_at
+    started_at: float | None = None  # when the holder's run started (the overrun rule's base); None: unknown
 
 
 @dataclass
@@ -65,12 +66,15 @@ class Placement:
 
 @dataclass(frozen=True)
 class Pending:
-    """Why a queued job waits and when it should start (epoch seconds, or None if unknown)."""
+    """Why a queued job waits and when it should start (epoch seconds, or None if unknown):
+    ``estimated_start`` is the likely start (the plan by predictions), ``latest_start`` the bound
+    by time limits (``squeue --start``), never earlier than the likely one."""
 
     job_id: int
     queue_position: int
     estimated_start: float | None
     reason: str
+    latest_start: float | None = None  # "no later than": the start in the plan by time limits (see core)
 
 
 @dataclass(frozen=True)

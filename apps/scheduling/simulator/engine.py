@@ -1,26 +1,31 @@
-"""The replay loop: a simulated clock driving the scheduling core, one cycle per event time.
+"""The one replay loop (issue 14): a simulated clock driving the scheduling core, one cycle per event time.
 
 Events are job arrivals (submit times) and completions (start + run). At each
 distinct event time the loop applies the completions, then the arrivals,
 then calls :func:`apps.scheduling.core.schedule` once and starts everything it
 places; a job's start is that event time. A job that ends at the time it
-starts (run 0) gives its GPUs back right after that cycle, with no second
-cycle at the same time.
+starts (run 0) is an event at that same time: its GPUs come back and another
+pass runs at the same instant (issue 14; classic event-driven EASY). No cycle
+runs while nothing is queued (the live cycle does nothing then either).
 
-What the core sees mirrors the live site (:mod:`apps.scheduling.adapter`):
+The core's inputs are built by the same functions as the live site's
+(:mod:`apps.scheduling.adapter`):
 
-- every queued job, with ``predicted_runtime_s`` = the mean of its account's
-  last two actual run times, capped by its time limit (at least 1 s), None
-  without history (Tsafrir, Etsion, Feitelson, IEEE TPDS 2007), refreshed
-  whenever the account's history changes;
-- the nodes, with each held GPU's ``free_at`` = start + time limit and
-  ``expected_free_at`` = start + prediction; a run past its prediction is
-  expected to take as long again as it has so far, never past its limit
-  (here re-set when the expectation passes, the live site re-sets it every cycle);
-- ``usage`` = the decayed GPU-seconds of each queued account that has any:
-  GPUs x run time added when a job ends, halved every half-life of simulated time.
+- each queued job's ``predicted_runtime_s`` = :func:`~apps.scheduling.core.predict_runtime`
+  of its account's history (:func:`~apps.scheduling.core.remember_run`), refreshed
+  whenever that history changes (the live cycle predicts at every cycle);
+- each held GPU's ``free_at`` and ``expected_free_at`` =
+  :func:`~apps.scheduling.core.held_until` of its run's start, limit and prediction; a run
+  that outlives its prediction is planned by the core's
+  :func:`~apps.scheduling.core.planned_end` at every cycle, live and replayed alike;
+- ``usage`` = the decayed GPU-seconds of *every* account charged so far
+  (:class:`~apps.scheduling.core.UsageLedger`, the rule of
+  :func:`~apps.scheduling.core.charge`; the live site passes every account's
+  ``AccountUsage``): GPUs x run time charged when a job ends, with the policy's half-life.
 
-The simulator keeps its own state incrementally: running jobs in a heap by
+:func:`replay_jobs` replays any jobs on any nodes (tests, generated workloads);
+:func:`replay` maps an SWF trace's jobs onto a pool of identical nodes and
+measures the schedule. State is kept incrementally: running jobs in a heap by
 end time, node views changed in place only where a job starts or ends.
 """
 from __future__ import annotations
@@ -28,64 +33,213 @@ from __future__ import annotations
 import heapq
 import inspect
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from apps.scheduling.core import GpuSlot, JobRequest, NodeView, PolicyConfig, decay, schedule
+from apps.scheduling.core import (
+    GpuSlot,
+    JobRequest,
+    NodeView,
+    PolicyConfig,
+    UsageLedger,
+    held_until,
+    policy_config,
+    predict_runtime,
+    remember_run,
+    schedule,
+)
 
 from .metrics import JobOutcome
 from .swf import TraceJob
 
-HALF_LIFE_S = 7 * 86400.0
-RECENT_RUNS = 2
 GPU_MODEL = "SIM-GPU"
 GPU_MEMORY_MIB = 81920
 
-def predict_runtime(recent_runs_s: Sequence[float], time_limit_s: int) -> float | None:
-    """Mean of the last two run times, capped by the time limit, at least 1 s; None without history."""
-    recent = list(recent_runs_s)[-RECENT_RUNS:]
-    if not recent:
-        return None
-    return min(float(time_limit_s), max(1.0, sum(recent) / len(recent)))
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A job to replay: the request (``submitted_at`` = arrival; its prediction is the replay's)
+    and how long it really runs (s; cut at the time limit)."""
+
+    request: JobRequest
+    runtime_s: float
 
 
-def expected_end(start: float, predicted_s: float | None, time_limit_s: float, now: float) -> float | None:
-    """When a run should end by its prediction; past it, as long again as it has run (capped by the limit)."""
-    if predicted_s is None:
-        return None
-    limit = start + time_limit_s
-    end = start + predicted_s
-    if end <= now:
-        end = start + 2 * (now - start)
-    return max(now + 1, min(end, limit))
+@dataclass
+class ReplayResult:
+    """Per job id: start (epoch s), first estimate (from the first cycle that saw it queued; its
+    start if placed then; None if it had none), end; the cycles run and each one's wall time (s)."""
+
+    started: dict[int, float] = field(default_factory=dict)
+    first_estimate: dict[int, float | None] = field(default_factory=dict)
+    ended: dict[int, float] = field(default_factory=dict)
+    latest_min: dict[int, float] = field(default_factory=dict)  # the earliest "no later than" bound given
+    cycles: int = 0
+    cycle_s: list[float] = field(default_factory=list)
+    core_s: float = 0.0
 
 
-class UsageBook:
-    """Decayed GPU-seconds per account, updated on each job end (SPEC §5 fair share)."""
+def _accepts_usage(fn: Callable) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return "usage" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
-    def __init__(self, half_life_s: float = HALF_LIFE_S):
-        self.half_life_s = half_life_s
-        self._value: dict[str, float] = {}
-        self._at: dict[str, float] = {}
 
-    def add(self, account: str, gpu_seconds: float, now: float) -> None:
-        self._value[account] = self.get(account, now) + max(0.0, gpu_seconds)
-        self._at[account] = max(now, self._at.get(account, now))
+def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: str | PolicyConfig = "e31", *,
+                until: float | None = None, predict: bool = True, usage: Mapping[str, float] | None = None,
+                schedule_fn: Callable | None = None,
+                progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+    """Run ``jobs`` on ``nodes`` (all their GPUs free at the start; CPUs and memory as given) under ``policy``.
 
-    def get(self, account: str, now: float) -> float:
-        if account not in self._value:
-            return 0.0
-        return decay(self._value[account], now - self._at[account], self.half_life_s)
+    ``until``: stop before the first event later than this (epoch s). ``predict``: False gives
+    no job a prediction. ``usage``: GPU-seconds already charged per account at the first arrival.
+    Stops when everything has run, when nothing can happen any more, or at ``until``.
 
-    def snapshot(self, now: float, accounts: Iterable[str] | None = None) -> dict[str, float]:
-        """``{account: decayed GPU-seconds at now}`` for ``accounts`` that have any (None: all)."""
-        value, at, hl = self._value, self._at, self.half_life_s
-        names = value if accounts is None else [a for a in accounts if a in value]
-        return {a: decay(value[a], now - at[a], hl) for a in names}
+    Raises:
+        ValueError: duplicate job ids, or two GPUs with one id.
+        RuntimeError: the core placed a job that is not queued, or on GPUs that are not free.
+    """
+    config = policy_config(policy)
+    schedule_fn = schedule_fn or schedule
+    pass_usage = _accepts_usage(schedule_fn)
+    arrivals = sorted(jobs, key=lambda j: (j.request.submitted_at, j.request.job_id))
+    by_id: dict[int, ReplayJob] = {}
+    for j in arrivals:
+        if j.request.job_id in by_id:
+            raise ValueError(f"duplicate job id {j.request.job_id}")
+        by_id[j.request.job_id] = j
 
-    def __contains__(self, account: str) -> bool:
-        return account in self._value
+    views: list[NodeView] = []
+    where: dict[int, tuple[NodeView, int]] = {}  # GPU id -> (its node's view, index in gpus)
+    free_slot: dict[int, GpuSlot] = {}
+    for n in nodes:
+        gpus = []
+        for g in n.gpus:
+            if g.gpu_id in free_slot:
+                raise ValueError(f"two GPUs with id {g.gpu_id}")
+            free_slot[g.gpu_id] = GpuSlot(g.gpu_id, g.model, g.memory_mib, 0.0, None)
+            gpus.append(free_slot[g.gpu_id])
+        view = NodeView(n.node_id, n.name, n.state, gpus, n.cpus_free, n.memory_free_mib, n.cpus_total,
+                        n.memory_total_mib, n.runtimes)
+        views.append(view)
+        for index, g in enumerate(gpus):
+            where[g.gpu_id] = (view, index)
+    holder: dict[int, int] = {}  # GPU id -> running job
+    held: dict[int, list[int]] = {}  # running job -> its GPU ids
+    running: list[tuple[float, int]] = []  # (end, job id)
+    pending: dict[int, JobRequest] = {}
+    pending_of: dict[str, dict[int, None]] = {}
+    history: dict[str, list[float]] = {}
+    dirty: set[str] = set()
+    ledger = UsageLedger(config.fairshare_half_life_s)
+    for name, gpu_seconds in (usage or {}).items():
+        ledger.add(name, gpu_seconds, arrivals[0].request.submitted_at if arrivals else 0.0)
+    result = ReplayResult()
+    started, ended, first, latest_min = result.started, result.ended, result.first_estimate, result.latest_min
+    cycle_s = result.cycle_s
+
+    def set_slots(gids: list[int], free_at: float, expected: float | None, since: float | None) -> None:
+        for gid in gids:
+            view, index = where[gid]
+            if free_at == 0.0:
+                view.gpus[index] = free_slot[gid]
+            else:
+                g = free_slot[gid]
+                view.gpus[index] = GpuSlot(gid, g.model, g.memory_mib, free_at, expected, since)
+
+    def run_s(jid: int) -> float:
+        j = by_id[jid]
+        return max(0.0, min(j.runtime_s, float(j.request.time_limit_s)))
+
+    def complete(now: float) -> None:
+        while running and running[0][0] <= now:
+            end, jid = heapq.heappop(running)
+            gids = held.pop(jid)
+            for gid in gids:
+                del holder[gid]
+            set_slots(gids, 0.0, None, None)
+            ran = end - started[jid]
+            ended[jid] = end
+            account = by_id[jid].request.account
+            history[account] = remember_run(history.get(account, ()), ran)
+            dirty.add(account)
+            ledger.add(account, len(gids) * ran, end)
+
+    def predicted(request: JobRequest) -> float | None:
+        return predict_runtime(history.get(request.account, ()), request.time_limit_s) if predict else None
+
+    def start(jid: int, placement_nodes, now: float) -> None:
+        req = pending.pop(jid, None)
+        if req is None:
+            raise RuntimeError(f"the core placed job {jid}, which is not queued")
+        del pending_of[req.account][jid]
+        gids = []
+        for node_id, gpu_ids in placement_nodes:
+            for gid in gpu_ids:
+                if gid not in where or where[gid][0].node_id != node_id or gid in holder:
+                    raise RuntimeError(f"job {jid}: GPU {gid} on node {node_id} is not free or not there")
+                holder[gid] = jid
+                gids.append(gid)
+        if len(placement_nodes) != req.nodes or len(gids) != req.nodes * req.gpus_per_node:
+            raise RuntimeError(f"job {jid} asked {req.nodes} x {req.gpus_per_node} GPUs, got {placement_nodes}")
+        held[jid] = gids
+        set_slots(gids, *held_until(now, req.time_limit_s, req.predicted_runtime_s, now))
+        heapq.heappush(running, (now + run_s(jid), jid))
+        started[jid] = now
+        first.setdefault(jid, now)
+
+    i, n = 0, len(arrivals)
+    inf = float("inf")
+    core_s = 0.0
+    while i < n or running:
+        now = min(arrivals[i].request.submitted_at if i < n else inf, running[0][0] if running else inf)
+        if until is not None and now > until:
+            break
+        complete(now)
+        fresh = []
+        while i < n and arrivals[i].request.submitted_at <= now:
+            request = arrivals[i].request
+            pending[request.job_id] = replace(request, predicted_runtime_s=predicted(request))
+            pending_of.setdefault(request.account, {})[request.job_id] = None
+            fresh.append(request.job_id)
+            i += 1
+        if predict:
+            for account in dirty:
+                for jid in pending_of.get(account, ()):
+                    pending[jid] = replace(pending[jid], predicted_runtime_s=predicted(pending[jid]))
+        dirty.clear()
+        if not pending:
+            continue
+        kwargs = {"usage": ledger.snapshot(now)} if pass_usage else {}
+        t = time.perf_counter()
+        decision = schedule_fn(list(pending.values()), views, now, config, **kwargs)
+        dt = time.perf_counter() - t
+        core_s += dt
+        cycle_s.append(dt)
+        result.cycles += 1
+        for placement in decision.placements:
+            start(placement.job_id, placement.nodes, now)
+        if fresh:
+            fresh_set = set(fresh)
+            for pend in decision.pending:
+                if pend.job_id in fresh_set:
+                    first[pend.job_id] = pend.estimated_start
+        for pend in decision.pending:
+            bound = pend.latest_start
+            if bound is not None and bound < latest_min.get(pend.job_id, inf):
+                latest_min[pend.job_id] = bound
+        # A run of 0 s ends at ``now``: the next turn of the loop finds its end at this same
+        # instant, frees its GPUs and runs another pass, as an event-driven EASY does.
+        if progress is not None and result.cycles % 500 == 0:
+            progress(i, n)
+        if i >= n and not running:
+            break  # what is left can never start
+    if progress is not None:
+        progress(i, n)
+    result.core_s = core_s
+    return result
 
 
 @dataclass
@@ -98,167 +252,42 @@ class Replay:
     core_s: float = 0.0
 
 
-def _accepts_usage(fn: Callable) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return True
-    return "usage" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+def sim_nodes(nodes: int, gpus_per_node: int) -> list[NodeView]:
+    """``nodes`` identical nodes ``sim0001``... of ``gpus_per_node`` GPUs; GPU ids 0, 1, ... in node order."""
+    G = gpus_per_node
+    return [NodeView(i + 1, f"sim{i + 1:04d}", "up",
+                     [GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MIB) for gid in range(i * G, (i + 1) * G)])
+            for i in range(nodes)]
+
+
+def trace_request(tj: TraceJob) -> JobRequest:
+    """The scheduler's view of a trace job (no prediction yet: the replay gives it)."""
+    return JobRequest(job_id=tj.job_id, account=tj.account, submitted_at=tj.submit, gpus_per_node=tj.gpus_per_node,
+                      nodes=tj.nodes, time_limit_s=tj.time_limit_s)
 
 
 def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str | PolicyConfig = "fifo", *,
-           half_life_s: float = HALF_LIFE_S, usage_scope: str = "queued", schedule_fn: Callable | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Replay:
-    """Replay ``jobs`` (sorted by submit time, ids unique) on ``nodes`` nodes of ``gpus_per_node`` GPUs.
-
-    ``usage_scope``: ``"queued"`` passes the usage of the queued accounts
-    only, as the live site does; ``"all"`` that of every account with any.
+           schedule_fn: Callable | None = None, progress: Callable[[int, int], None] | None = None) -> Replay:
+    """Replay trace ``jobs`` (ids unique) on ``nodes`` nodes of ``gpus_per_node`` GPUs through
+    :func:`replay_jobs`; one :class:`~.metrics.JobOutcome` per job.
 
     Raises:
         ValueError: duplicate job ids, or a job larger than the pool.
         RuntimeError: the core placed a job that is not queued, or on GPUs that are not free.
     """
-    schedule_fn = schedule_fn or schedule
-    pass_usage = _accepts_usage(schedule_fn)
     wall = time.perf_counter()
-    G = gpus_per_node
-    by_id: dict[int, TraceJob] = {}
     for j in jobs:
-        if j.job_id in by_id:
-            raise ValueError(f"duplicate job id {j.job_id}")
-        if j.nodes > nodes or j.gpus_per_node > G:
-            raise ValueError(f"job {j.job_id} needs {j.nodes} x {j.gpus_per_node} GPUs; the pool is {nodes} x {G}")
-        by_id[j.job_id] = j
-    outcomes = {j.job_id: JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s) for j in jobs}
-
-    free_slot = [GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MIB, 0.0, None) for gid in range(nodes * G)]
-    views = [NodeView(i + 1, f"sim{i + 1:04d}", "up", free_slot[i * G:(i + 1) * G]) for i in range(nodes)]
-    holder: list[int | None] = [None] * (nodes * G)
-    held: dict[int, list[int]] = {}  # running job -> its GPU ids
-    started: dict[int, tuple[float, float | None]] = {}  # running job -> (start, prediction)
-    running: list[tuple[float, int]] = []  # (end, job id)
-    expecting: list[tuple[float, int]] = []  # (expected end, job id) for runs expected before their limit
-
-    pending: dict[int, JobRequest] = {}
-    pending_of: dict[str, dict[int, None]] = {}
-    queued_accounts: Counter[str] = Counter()
-    history: dict[str, deque[float]] = {}
-    dirty: set[str] = set()
-    usage = UsageBook(half_life_s)
-    result = Replay(list(outcomes.values()))
-    cycle_s = result.cycle_s
-
-    def set_slots(gids: list[int], free_at: float, expected: float | None) -> None:
-        for gid in gids:
-            slot = free_slot[gid] if free_at == 0.0 else GpuSlot(gid, GPU_MODEL, GPU_MEMORY_MIB, free_at, expected)
-            views[gid // G].gpus[gid % G] = slot
-
-    def complete(now: float) -> None:
-        while running and running[0][0] <= now:
-            end, jid = heapq.heappop(running)
-            gids = held.pop(jid)
-            started.pop(jid)
-            for gid in gids:
-                holder[gid] = None
-            set_slots(gids, 0.0, None)
-            tj = by_id[jid]
-            history.setdefault(tj.account, deque(maxlen=RECENT_RUNS)).append(tj.run_s)
-            dirty.add(tj.account)
-            usage.add(tj.account, tj.gpus_held * tj.run_s, end)
-
-    def re_expect(now: float) -> None:
-        while expecting and expecting[0][0] <= now:
-            _, jid = heapq.heappop(expecting)
-            if jid not in started:
-                continue
-            start, predicted = started[jid]
-            tj = by_id[jid]
-            exp = expected_end(start, predicted, tj.time_limit_s, now)
-            set_slots(held[jid], start + tj.time_limit_s, exp)
-            if exp is not None and exp < start + tj.time_limit_s:
-                heapq.heappush(expecting, (exp, jid))
-
-    def request(tj: TraceJob) -> JobRequest:
-        recent = history.get(tj.account)
-        return JobRequest(job_id=tj.job_id, account=tj.account, submitted_at=tj.submit,
-                          gpus_per_node=tj.gpus_per_node, nodes=tj.nodes, time_limit_s=tj.time_limit_s,
-                          predicted_runtime_s=predict_runtime(recent, tj.time_limit_s) if recent else None)
-
-    def start(jid: int, placement_nodes, now: float) -> None:
-        req = pending.pop(jid, None)
-        if req is None:
-            raise RuntimeError(f"the core placed job {jid}, which is not queued")
-        tj = by_id[jid]
-        del pending_of[tj.account][jid]
-        queued_accounts[tj.account] -= 1
-        if not queued_accounts[tj.account]:
-            del queued_accounts[tj.account]
-        gids = []
-        for node_id, gpu_ids in placement_nodes:
-            for gid in gpu_ids:
-                if gid // G != node_id - 1 or holder[gid] is not None:
-                    raise RuntimeError(f"job {jid}: GPU {gid} on node {node_id} is not free or not there")
-                holder[gid] = jid
-                gids.append(gid)
-        if len(placement_nodes) != tj.nodes or len(gids) != tj.gpus_held:
-            raise RuntimeError(f"job {jid} asked {tj.nodes} x {tj.gpus_per_node} GPUs, got {placement_nodes}")
-        held[jid] = gids
-        started[jid] = (now, req.predicted_runtime_s)
-        exp = expected_end(now, req.predicted_runtime_s, tj.time_limit_s, now)
-        set_slots(gids, now + tj.time_limit_s, exp)
-        if exp is not None and exp < now + tj.time_limit_s:
-            heapq.heappush(expecting, (exp, jid))
-        heapq.heappush(running, (now + tj.run_s, jid))
-        out = outcomes[jid]
-        out.start = now
-        if not out.estimated:
-            out.first_estimate, out.estimated = now, True
-
-    i, n = 0, len(jobs)
-    core_s = 0.0
-    cycles = 0
-    while i < n or running:
-        now = min(jobs[i].submit if i < n else float("inf"), running[0][0] if running else float("inf"))
-        complete(now)
-        re_expect(now)
-        fresh = []
-        while i < n and jobs[i].submit <= now:
-            tj = jobs[i]
-            pending[tj.job_id] = request(tj)
-            pending_of.setdefault(tj.account, {})[tj.job_id] = None
-            queued_accounts[tj.account] += 1
-            fresh.append(tj.job_id)
-            i += 1
-        for account in dirty:
-            for jid in pending_of.get(account, ()):
-                pending[jid] = replace(pending[jid], predicted_runtime_s=predict_runtime(
-                    history[account], by_id[jid].time_limit_s))
-        dirty.clear()
-        kwargs = {}
-        if pass_usage:
-            kwargs["usage"] = usage.snapshot(now, queued_accounts if usage_scope == "queued" else None)
-        queue = list(pending.values())
-        t = time.perf_counter()
-        decision = schedule_fn(queue, views, now, policy, **kwargs)
-        dt = time.perf_counter() - t
-        core_s += dt
-        cycle_s.append(dt)
-        cycles += 1
-        for placement in decision.placements:
-            start(placement.job_id, placement.nodes, now)
-        if fresh:
-            fresh_set = set(fresh)
-            for pend in decision.pending:
-                if pend.job_id in fresh_set:
-                    out = outcomes[pend.job_id]
-                    out.first_estimate, out.estimated = pend.estimated_start, True
-        complete(now)  # runs of 0 s
-        if progress is not None and cycles % 500 == 0:
-            progress(i, n)
-        if i >= n and not running and pending:
-            break  # what is left can never start
-    if progress is not None:
-        progress(i, n)
-    result.core_s = core_s
-    result.wall_s = time.perf_counter() - wall
-    return result
+        if j.nodes > nodes or j.gpus_per_node > gpus_per_node:
+            raise ValueError(f"job {j.job_id} needs {j.nodes} x {j.gpus_per_node} GPUs; "
+                             f"the pool is {nodes} x {gpus_per_node}")
+    run = replay_jobs([ReplayJob(trace_request(j), j.run_s) for j in jobs], sim_nodes(nodes, gpus_per_node),
+                      policy, schedule_fn=schedule_fn, progress=progress)
+    outcomes = []
+    for j in jobs:
+        out = JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s)
+        out.start = run.started.get(j.job_id)
+        if j.job_id in run.first_estimate:
+            out.first_estimate, out.estimated = run.first_estimate[j.job_id], True
+        out.latest_min = run.latest_min.get(j.job_id)
+        outcomes.append(out)
+    return Replay(outcomes, run.cycle_s, time.perf_counter() - wall, run.core_s)

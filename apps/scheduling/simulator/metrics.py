@@ -30,6 +30,7 @@ class JobOutcome:
     start: float | None = None  # None: never started
     first_estimate: float | None = None  # start estimate of the first cycle that saw it; None: none given
     estimated: bool = False  # True once a first estimate is recorded (it may be None)
+    latest_min: float | None = None  # the earliest "no later than" bound any cycle gave it; None: none
 
     @property
     def wait_s(self) -> float:
@@ -143,4 +144,8 @@ def estimate_figures(done: Sequence[JobOutcome]) -> dict:
         "estimate_abs_error_median_s": _r(percentile(errors, 50), 1),
         "estimate_abs_error_median_waited_s": _r(percentile(errors_waited, 50), 1),
         "estimate_missing": sum(1 for o in done if o.first_estimate is None),
+        # "no later than" (issue 14 item 3): jobs that started after a bound some cycle gave them
+        "bound_passed": sum(1 for o in done if o.latest_min is not None and o.start > o.latest_min + 1e-6),
+        "bound_passed_max_s": _r(max((o.start - o.latest_min for o in done if o.latest_min is not None),
+                                     default=0.0), 1),
     }

@@ -41,10 +41,10 @@ def pool_shape(path: str | Path, nodes: int | None, gpus_per_node: int | None) -
 
 def simulate_trace(path: str | Path, policy: str | PolicyConfig = "fifo", *, nodes: int | None = None,
                    gpus_per_node: int | None = None, limit: int | None = None, limit_records: bool = False,
-                   usage_scope: str = "queued", progress: Callable[[int, int], None] | None = None) -> dict:
+                   progress: Callable[[int, int], None] | None = None) -> dict:
     """Replay the trace at ``path`` through the scheduling core and return its figures (see ``simulate``).
 
-    ``limit_records`` and ``usage_scope``: see :func:`.swf.load_jobs` and :func:`.engine.replay`.
+    ``limit_records``: see :func:`.swf.load_jobs`.
     """
     wall = time.perf_counter()
     nodes, gpus_per_node = pool_shape(path, nodes, gpus_per_node)
@@ -53,7 +53,7 @@ def simulate_trace(path: str | Path, policy: str | PolicyConfig = "fifo", *, nod
     jobs, skipped = load_jobs(path, gpus_per_node, nodes, limit, limit_records=limit_records)
     if nodes == 1 << 30:
         nodes = max((j.nodes for j in jobs), default=1)
-    result = replay(jobs, nodes, gpus_per_node, policy, usage_scope=usage_scope, progress=progress)
+    result = replay(jobs, nodes, gpus_per_node, policy, progress=progress)
     out = {"trace": Path(path).name, "policy": policy if isinstance(policy, str) else policy.name,
            "nodes": nodes, "gpus_per_node": gpus_per_node, "limit": limit,
            "skipped": sum(skipped.values()), "skipped_by_reason": skipped}

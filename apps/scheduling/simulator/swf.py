@@ -5,10 +5,12 @@ one job a line, 18 whitespace-separated fields, ``-1`` where unknown; header
 and comment lines begin with ``;``. The file may be gzip-compressed (found by
 its magic bytes, not its name).
 
-Mapping (E31, SPEC §5): one processor = one GPU (the allocated processors,
-field 5, or where unknown the requested ones, field 8); a job of ``n <= G``
+Mapping (E31, SPEC §5): one processor = one GPU; a job asks what the user
+*requested* (field 8), the allocated processors (field 5) only where the
+request is unknown (issue 14: on some logs field 5 counts nodes, not
+processors, and shrinks the job); a job of ``n <= G``
 processors takes ``n`` GPUs on one node, a larger one ``ceil(n / G)`` whole
-nodes of ``G``; the requested time is the time limit (a job without one
+nodes of ``G``; the requested time (field 9) is the time limit (a job without one
 gets its run time); the run time is the actual run, cut at the limit; the
 user id is the renting account.
 """
@@ -40,8 +42,12 @@ class SwfRecord:
 
     @property
     def procs(self) -> int:
-        """Processors of the job: allocated, else requested (the archive's convention); <= 0 unknown."""
-        return self.processors if self.processors > 0 else self.requested_processors
+        """Processors the job asks: requested (field 8), else allocated (field 5); <= 0 unknown.
+
+        What the user asked is what a scheduler sees when it decides; the
+        allocation is the outcome (and on some logs a node count).
+        """
+        return self.requested_processors if self.requested_processors > 0 else self.processors
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def header(path: str | Path) -> dict[str, str]:
 
 
 def skip_reason(rec: SwfRecord) -> str | None:
-    """Why a record is not replayed: ``run<0`` or ``processors<=0`` (allocated and requested); None if it is."""
+    """Why a record is not replayed: ``run<0`` or ``processors<=0`` (requested and allocated); None if it is."""
     if rec.run < 0:
         return "run<0"
     if rec.procs <= 0:

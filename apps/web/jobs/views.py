@@ -6,6 +6,8 @@ answers 404. Every page works by plain reload, without JavaScript.
 """
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -21,6 +23,7 @@ from apps.jobs.examples import example_files, example_names
 from apps.jobs.selectors import job_own_or_404, jobs_of, log_read
 from apps.jobs.services.cancel import job_cancel
 from apps.jobs.spec import SpecError, spec_to_yaml
+from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
 from apps.web.jobs.forms import JobForm, new_job_form
 from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
@@ -85,6 +88,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         "example": example if example in example_names() else "",
         "example_files": example_files(example) if example in example_names() else [],
         "estimate": price_estimate(form.compute_document()), "rates": rate_table(),
+        "spend": spend_check(owner=request.user, worst_case=Decimal(0)),
     })
 
 
@@ -93,7 +97,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
 def job_estimate(request: HttpRequest) -> HttpResponse:
     """The price estimate fragment for the compute part as typed (htmx asks on change)."""
     return render(request, "jobs/_estimate.html", {"estimate": price_estimate(request.GET.dict()),
-                                                   "rates": rate_table()})
+                                                   "rates": rate_table(),
+                                                   "spend": spend_check(owner=request.user, worst_case=Decimal(0))})
 
 
 @login_required

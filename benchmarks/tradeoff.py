@@ -1,0 +1,92 @@
+"""The e31 trade-off (issue 14 item 4): mean bsld against the worst account and the 9+ GPU tail,
+for a few settings of the policy, next to easy, on one trace; a chart (SVG) and a JSON.
+
+    .venv/bin/python benchmarks/tradeoff.py --trace kth --limit 20000 --workers 2 \\
+        --out docs/img/tradeoff-kth.svg --json var/tradeoff-kth.json
+
+Each setting is a :class:`~apps.scheduling.core.PolicyConfig` override of the defaults (the
+``E31_POLICY_<FIELD>`` overrides of the live site).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from policies import TRACES, trace_path  # noqa: E402
+
+from apps.scheduling.core import PolicyConfig  # noqa: E402
+from apps.scheduling.simulator import simulate_trace  # noqa: E402
+
+SETTINGS = {
+    "defaults": {},
+    "guard_after_s=0": {"guard_after_s": 0.0},
+    "starvation_s=3h": {"starvation_s": 3 * 3600.0},
+    "starvation_s=12h": {"starvation_s": 12 * 3600.0},
+    "reservation_depth=2": {"reservation_depth": 2},
+    "weight_slowdown=0": {"weight_slowdown": 0.0},
+}
+
+
+def run(trace: str, label: str, limit: int | None) -> dict:
+    _name, nodes, gpus = TRACES[trace]
+    policy = "easy" if label == "easy" else dataclasses.replace(PolicyConfig(name="e31"), **SETTINGS[label])
+    r = simulate_trace(trace_path(trace), policy, nodes=nodes, gpus_per_node=gpus, limit=limit)
+    return {"setting": label, "bsld": r["bsld_mean"], "worst": r["worst_account_bsld"],
+            "tail9": (r["by_size"].get("9+") or {}).get("wait_max_s"), "util": r["utilisation"],
+            "est60": r["estimate_within_60s"], "bound_passed": r["bound_passed"]}
+
+
+def chart(rows: list[dict], path: Path, title: str) -> None:
+    """Two panels: bsld against worst account, bsld against the 9+ tail; easy marked."""
+    import matplotlib  # heavy optional dependency: only for the chart
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    panels = ((axes[0], "worst", "worst account mean bsld"), (axes[1], "tail9", "9+ GPU longest wait (s)"))
+    for ax, key, label in panels:
+        for r in rows:
+            easy = r["setting"] == "easy"
+            ax.scatter(r["bsld"], r[key], marker="s" if easy else "o", color="black" if easy else "tab:blue")
+            ax.annotate(r["setting"], (r["bsld"], r[key]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("mean bounded slowdown")
+        ax.set_ylabel(label)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="kth", choices=sorted(TRACES))
+    parser.add_argument("--limit", type=int, default=20000)
+    parser.add_argument("--settings", default=",".join(["easy", *SETTINGS]))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="the chart (.svg or .png)")
+    parser.add_argument("--json", type=Path)
+    a = parser.parse_args()
+    labels = [s.strip() for s in a.settings.split(",") if s.strip()]
+    trace_path(a.trace)
+    with ProcessPoolExecutor(max_workers=a.workers) as pool:
+        rows = list(pool.map(run, [a.trace] * len(labels), labels, [a.limit or None] * len(labels)))
+    for r in rows:
+        print(json.dumps(r))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(rows, indent=1))
+    if a.out:
+        chart(rows, a.out, f"{a.trace}, first {a.limit:,} jobs: e31 settings and easy")
+
+
+if __name__ == "__main__":
+    main()
