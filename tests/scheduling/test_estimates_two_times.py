@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from django.utils import timezone
 
+from apps.jobs import signals
 from apps.jobs.models import Job
 from apps.jobs.services.submit import job_submit
 from apps.scheduling.adapter import schedule_cycle
@@ -67,14 +68,16 @@ def test_the_bound_is_never_passed_in_a_first_come_first_served_replay():
 
 
 @pytest.mark.django_db
-def test_no_write_and_no_push_while_nothing_happened_behind_an_overrunning_run(owner, settings, monkeypatch):
+def test_no_write_and_no_push_while_nothing_happened_behind_an_overrunning_run(owner, settings, monkeypatch, request):
     settings.E31_SCHEDULER_POLICY = "e31"
     base = float(int(time.time()))
     clock = [base]
     monkeypatch.setattr(timezone, "now", lambda: datetime.fromtimestamp(clock[0], UTC))
     monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)
     pushed = []
-    monkeypatch.setattr("apps.jobs.queue.queue_changed", lambda rows: pushed.extend(rows))
+    signals.queue_changed.connect(lambda sender, changes, **_: pushed.extend(changes), weak=False,
+                                  dispatch_uid="test.pushed")
+    request.addfinalizer(lambda: signals.queue_changed.disconnect(dispatch_uid="test.pushed"))
     node_with_gpus("solo", count=1)
     for _ in range(2):  # the account's last two runs: 300 s, so its next job is predicted 300 s
         usage_record(owner_id=owner.pk, gpu_seconds=300, runtime_s=300, now=timezone.now())
