@@ -1,8 +1,11 @@
 """The job page's output files (issue 16 item 2): each file's download and preview page, and
 escaping of hostile content. Jobs run through the services; bundles packed by the agent packer."""
 import json
+import re
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from .factories import finished_job
 
@@ -112,3 +115,35 @@ def test_an_older_agents_bundle_has_no_per_file_links_and_its_file_page_says_why
     page = web.get(f"/jobs/{job.pk}/files/out/a.txt")
     assert page.status_code == 409 and "Download the whole bundle instead." in page.content.decode()
     assert web.get(f"/jobs/{job.pk}/download/out/a.txt").status_code == 409
+
+
+def test_the_card_and_the_preview_pages_do_not_overflow_at_390_px(web, user, node, monkeypatch):
+    """Each page as served, with the site's CSS, in Debian's chromium 390 px wide: no sideways scroll."""
+    from playwright.sync_api import sync_playwright
+
+    from ..browser.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    wide_csv = ",".join(f"column_{i}" for i in range(40)) + "\n" + ",".join("7" * 30 for _ in range(40))
+    long_name = "out/" + "a_very_long_file_name_without_any_space" * 3 + ".txt"
+    job = _job(user, {"out/wide.csv": wide_csv.encode(), long_name: b"y" * 3000 + b"\n",
+                      "out/m.json": json.dumps({"k" * 200: "v" * 400}).encode(), "out/p.png": PNG})
+    css = (Path(settings.BASE_DIR) / "static" / "css" / "e31.css").read_text()
+    pages = {url: web.get(url).content.decode() for url in (
+        f"/jobs/{job.pk}/", f"/jobs/{job.pk}/files/out/wide.csv", f"/jobs/{job.pk}/files/{long_name}",
+        f"/jobs/{job.pk}/files/out/m.json", f"/jobs/{job.pk}/files/out/p.png")}
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = chromium.new_page(viewport={"width": 390, "height": 844})
+            for url, html in pages.items():
+                html = re.sub(r'<link rel="stylesheet" href="[^"]*">', lambda _m: f"<style>{css}</style>", html)
+                page.set_content(re.sub(r"<script [^>]*></script>", "", html))
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 390, f"{url} is {width} px wide at 390 px"
+                if url == f"/jobs/{job.pk}/":  # the file list fits too: a long path wraps
+                    table = page.evaluate(f"document.querySelector('#job-{job.pk}-bundle table')"
+                                          ".getBoundingClientRect().right")
+                    assert table <= 390, f"the bundle's file table ends at {table} px"
+        finally:
+            chromium.close()
