@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from apps.agent_api.reports import agent_log_append, agent_report
@@ -108,8 +110,13 @@ class Agent:
         agent_log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
                    offset=offset, data=data)
 
-    def bundle(self, files: dict[str, bytes]) -> bytes:
-        """Pack ``files`` as the agent would and upload the archive; returns its bytes."""
+    def bundle(self, files: dict[str, bytes], *, packer: bool = False) -> bytes:
+        """Pack ``files`` and upload the archive; returns its bytes. By default a ``tar.gz``
+        without offsets (as agents before issue 15 packed); ``packer=True`` packs with the real
+        agent packer (:func:`e31_agent.packer.pack`: a plain tar whose manifest gives each
+        file's offset, as agents pack today)."""
+        if packer:
+            return self._bundle_packed(files)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             for name, data in files.items():
@@ -128,13 +135,32 @@ class Agent:
                         files=manifest, retention_days=7)
         return archive
 
+    def _bundle_packed(self, files: dict[str, bytes]) -> bytes:
+        """Write ``files`` into a job dir, pack it with the agent's packer and upload the archive."""
+        from e31_agent.packer import pack
+
+        with tempfile.TemporaryDirectory() as tmp:
+            job_dir = Path(tmp, "job")
+            for name, data in files.items():
+                Path(job_dir, name).parent.mkdir(parents=True, exist_ok=True)
+                Path(job_dir, name).write_bytes(data)
+            job_dir.mkdir(exist_ok=True)
+            packed = pack(job_dir, ["**"], Path(tmp, "out", "bundle.tar"), job_id=self.job.pk)
+            archive = packed.path.read_bytes()
+        attempt = self.job.attempt
+        bundle_put_chunk(job=self.job, attempt=attempt, offset=0, data=archive, sha256=packed.sha256)
+        bundle_complete(job=self.job, attempt=attempt, size_bytes=packed.size_bytes, sha256=packed.sha256,
+                        files=[f.to_json() for f in packed.files], retention_days=7)
+        return archive
+
 
 def finished_job(owner, *, exit_code: int = 0, log: bytes = b"hello\n",
                  files: dict[str, bytes] | None = None, clock: FrozenClock | None = None, run_s: float = 0,
-                 output_s: float = 0, **overrides: Any) -> tuple[Job, bytes | None]:
+                 output_s: float = 0, packer: bool = False, **overrides: Any) -> tuple[Job, bytes | None]:
     """A job run to release: log written, outputs bundled (an empty bundle when ``files`` is None,
     as a real agent uploads for declared outputs that matched nothing). With ``clock``, the command
-    runs ``run_s`` seconds and the outputs take ``output_s``. Returns the job and its archive (None
+    runs ``run_s`` seconds and the outputs take ``output_s``; ``packer``: packed by the agent's
+    packer (a plain tar with offsets, see :meth:`Agent.bundle`). Returns the job and its archive (None
     when ``files`` is None)."""
     job = rented_job(owner, **overrides)
     agent = Agent(job, clock)
@@ -144,7 +170,7 @@ def finished_job(owner, *, exit_code: int = 0, log: bytes = b"hello\n",
     agent._wait(run_s)
     agent.say("exited", exit_code=exit_code, reason="exit")
     agent._wait(output_s)
-    archive = agent.bundle(files or {})
+    archive = agent.bundle(files or {}, packer=packer)
     agent.say("finished")
     job.refresh_from_db()
     return job, archive if files else None

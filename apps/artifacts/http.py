@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 
+from .files import FILE_CSP, OutputFile, content_type, file_check
 from .services import bundle_latest
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -91,15 +93,21 @@ def archive_label(stored: str, filename: str, content_type: str) -> tuple[str, s
 
 
 def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, etag: str = "",
-               content_type: str = "application/gzip") -> HttpResponse:
+               content_type: str = "application/gzip", base: int = 0, inline: bool = False,
+               as_archive: bool = True) -> HttpResponse:
     """Answer 200 with the whole file, 206 with one range, or 416 for a range past the end.
 
     ``etag`` (for instance the file's sha256) is sent as a strong ETag; a
     ``Range`` with an ``If-Range`` that does not match it gets the whole file.
     A stored plain ``.tar`` asked for as ``.tar.gz`` (the bundle views name every
     bundle so) is sent as ``.tar``, ``application/x-tar``: see :func:`archive_label`.
+    ``base`` and ``size``: the bytes ``[base, base + size)`` of the stored file are the
+    file served (one member of a bundle), ranges and ``Content-Range`` relative to them.
+    ``inline``: ``Content-Disposition: inline`` instead of ``attachment``. ``as_archive=False``
+    (one member of a bundle) leaves ``filename`` and ``content_type`` as given.
     """
-    filename, content_type = archive_label(fieldfile.name or "", filename, content_type)
+    if as_archive:
+        filename, content_type = archive_label(fieldfile.name or "", filename, content_type)
     wanted = byte_range(request.headers.get("Range", ""), size)
     if_range = request.headers.get("If-Range")
     if wanted is not None and if_range is not None and (not etag or if_range.strip() != f'"{etag}"'):
@@ -110,17 +118,17 @@ def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, eta
         return resp
     if wanted is not None:
         start, end = wanted
-        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), start, end - start + 1), status=206,
+        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), base + start, end - start + 1), status=206,
                                      content_type=content_type)
         resp["Content-Range"] = f"bytes {start}-{end}/{size}"
         resp["Content-Length"] = str(end - start + 1)
     else:
-        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), 0, size), content_type=content_type)
+        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), base, size), content_type=content_type)
         resp["Content-Length"] = str(size)
     if etag:
         resp["ETag"] = f'"{etag}"'
     resp["Accept-Ranges"] = "bytes"
-    resp["Content-Disposition"] = f'attachment; filename="{filename}"'
+    resp["Content-Disposition"] = content_disposition_header(not inline, filename)
     return resp
 
 
@@ -140,3 +148,20 @@ def bundle_response(request: HttpRequest, job, *, rank: int = 0) -> HttpResponse
     return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz",
                       size=bundle.size_bytes, etag=bundle.sha256)
 
+
+
+def output_file_response(request: HttpRequest, f: OutputFile, *, inline: bool = False) -> HttpResponse:
+    """One file of a bundle, read from the stored archive at its offset (never unpacked), with
+    HTTP Range support relative to the file: ETag its sha256, type guessed from its name,
+    ``attachment`` unless ``inline`` is asked and the file is a kind that cannot run
+    (:func:`.files.content_type`; SVG never), and a sandboxing CSP on every answer.
+
+    Raises:
+        NotAddressable: the bundle has no offsets (an older agent's ``bundle.tar.gz``).
+    """
+    file_check(f)
+    ctype, shown = content_type(f.path, inline=inline)
+    resp = serve_file(request, f.bundle.file, filename=f.name, size=f.size_bytes, etag=f.sha256,
+                      content_type=ctype, base=f.offset or 0, inline=shown, as_archive=False)
+    resp["Content-Security-Policy"] = FILE_CSP
+    return resp

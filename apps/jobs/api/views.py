@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from django.http import HttpResponse
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.artifacts.http import bundle_response
-from apps.artifacts.services import uploads_from_files
+from apps.artifacts.files import NotAddressable, addressable, bundle_file, bundle_files
+from apps.artifacts.http import bundle_response, output_file_response
+from apps.artifacts.services import bundle_latest, uploads_from_files
 from apps.core.choices import JobState
 from apps.jobs.quotes import job_quote
 
@@ -172,6 +174,73 @@ class JobBundleView(APIView):
                    responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int):
         return bundle_response(request, job_own_or_404(request.user, pk), rank=_int_param(request, "rank", 0))
+
+
+# --- outputs file by file (issue 16 item 2) -----------------------------------------
+RANK_PARAM = OpenApiParameter("rank", int, description="node rank of a multi-node job (default 0)")
+OUTPUT_FILES = inline_serializer("OutputFile", many=True, fields={
+    "path": serializers.CharField(help_text="The file's path in the bundle (as the manifest lists it)."),
+    "size_bytes": serializers.IntegerField(), "sha256": serializers.CharField(),
+    "url": serializers.URLField(help_text="GET: the file's bytes (HTTP Range supported)."),
+})
+
+
+def _latest_bundle(request, job):
+    """The latest attempt's bundle of ``?rank=`` (default 0), or a 404 saying there is none."""
+    rank = _int_param(request, "rank", 0)
+    bundle = bundle_latest(job, rank=rank)
+    if bundle is None or not bundle.file:
+        raise NotFound(f"Job {job.pk} has no bundle on rank {rank} (yet).")
+    return bundle
+
+
+class JobFilesView(APIView):
+    @extend_schema(
+        parameters=[RANK_PARAM],
+        responses=inline_serializer("OutputFiles", {
+            "attempt": serializers.IntegerField(), "rank": serializers.IntegerField(),
+            "offsets": serializers.BooleanField(
+                help_text="Whether each file can be fetched on its own: false for a bundle.tar.gz from "
+                          "an older agent, whose file URLs answer 409."),
+            "files": OUTPUT_FILES,
+        }),
+        description="The output files of the job's latest bundle on node `rank`: path, size, sha256 "
+                    "and the URL of each file. 404 when the job has no bundle (yet).",
+    )
+    def get(self, request, pk: int):
+        job = job_own_or_404(request.user, pk)
+        bundle = _latest_bundle(request, job)
+        query = f"?rank={bundle.rank}" if bundle.rank else ""
+        files = [{"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256,
+                  "url": request.build_absolute_uri(reverse("api:job-file", args=[job.pk, f.path]) + query)}
+                 for f in bundle_files(bundle)]
+        return Response({"attempt": bundle.attempt, "rank": bundle.rank, "offsets": addressable(bundle),
+                         "files": files})
+
+
+class JobFileView(APIView):
+    @extend_schema(
+        parameters=[RANK_PARAM,
+                    OpenApiParameter("inline", bool, description="1: Content-Disposition inline for a "
+                                     "PNG, JPEG, GIF or WebP image, JSON, CSV or text (never SVG)")],
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY,
+                   (206, "application/octet-stream"): OpenApiTypes.BINARY},
+        description="One output file's bytes, read from the stored bundle at its offset (nothing "
+                    "unpacked). HTTP Range within the file (206, Content-Range relative to the file), "
+                    "If-Range; ETag is the file's sha256; Content-Type from its name. `path` must be "
+                    "exactly as the file list gives it (404 otherwise); 409 for a bundle.tar.gz from an "
+                    "older agent (no offsets): download the whole bundle.",
+    )
+    def get(self, request, pk: int, path: str):
+        job = job_own_or_404(request.user, pk)
+        f = bundle_file(_latest_bundle(request, job), path)
+        if f is None:
+            raise NotFound(f"No file {path!r} in the bundle of job {job.pk}.")
+        inline = request.query_params.get("inline", "").lower() in ("1", "true", "yes")
+        try:
+            return output_file_response(request, f, inline=inline)
+        except NotAddressable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
 
 
 # --- job arrays (apps.jobs.arrays) ------------------------------------------------

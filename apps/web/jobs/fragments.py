@@ -23,6 +23,7 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from apps.artifacts.files import addressable
 from apps.artifacts.services import bundles_latest
 from apps.core.choices import JobKind, JobState, Outcome
 from apps.core.units import format_duration
@@ -33,6 +34,7 @@ from apps.jobs.selectors import end_detail, log_read
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
 from apps.metering.selectors import job_money
+from apps.web.jobs.outputs import file_rows
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -125,13 +127,17 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     for lease in leases:
         lease.rate = rate_text(lease.rate_per_gpu_hour)
     tail, tail_cut = log_tail(job)
+    bundles = bundles_latest(job)
+    for bundle in bundles:
+        bundle.rows = file_rows(job.pk, bundle)
+        bundle.one_by_one = addressable(bundle)
     return {
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
         "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
         "end_detail": end_detail(job),
         "time_limit": format_duration(job.time_limit_s),
-        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles_latest(job),
+        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles,
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
     }
 

@@ -16,10 +16,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from apps.artifacts.http import bundle_response
+from apps.artifacts.files import NotAddressable, OutputFile, bundle_file
+from apps.artifacts.http import bundle_response, output_file_response
+from apps.artifacts.services import bundle_latest
 from apps.core.choices import JobState
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
 from apps.jobs.examples import example_files, example_names
+from apps.jobs.models import Job
 from apps.jobs.selectors import job_own_or_404, jobs_of, log_read
 from apps.jobs.services.cancel import job_cancel
 from apps.jobs.spec import SpecError, spec_to_yaml
@@ -27,6 +30,7 @@ from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
 from apps.web.jobs.forms import JobForm, new_job_form
 from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
+from apps.web.jobs.outputs import download_url, file_preview
 
 JOBS_PER_PAGE = 50
 
@@ -136,11 +140,54 @@ def job_log(request: HttpRequest, pk: int) -> HttpResponse:
 def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
     job = job_own_or_404(request.user, pk)
+    return bundle_response(request, job, rank=_rank_or_404(request))
+
+
+def _rank_or_404(request: HttpRequest) -> int:
+    """``?rank=`` (default 0); 404 unless a small whole number."""
     rank = request.GET.get("rank", "0")
     # ASCII digits only: "²".isdigit() is True but int("²") raises (was a 500).
     if not (rank.isascii() and rank.isdigit() and len(rank) < 6):
         raise Http404("This job has no bundle.")
-    return bundle_response(request, job, rank=int(rank))
+    return int(rank)
+
+
+def _output_file_or_404(request: HttpRequest, pk: int, path: str) -> tuple[Job, OutputFile]:
+    """The user's job ``pk`` and the file listed exactly as ``path`` in its latest bundle on ``?rank=``."""
+    job = job_own_or_404(request.user, pk)
+    bundle = bundle_latest(job, rank=_rank_or_404(request))
+    f = bundle_file(bundle, path) if bundle is not None and bundle.file else None
+    if f is None:
+        raise Http404("No such file in this job's bundle.")
+    return job, f
+
+
+@login_required
+@require_GET
+def job_file(request: HttpRequest, pk: int, path: str) -> HttpResponse:
+    """One output file's page: its facts, its download, and a preview of an image, JSON, CSV or text."""
+    job, f = _output_file_or_404(request, pk, path)
+    try:
+        preview = file_preview(pk, f)
+    except NotAddressable as exc:
+        return render(request, "jobs/file.html", {"section": "jobs", "job": job, "file": f,
+                                                  "problem": str(exc)}, status=409)
+    return render(request, "jobs/file.html", {
+        "section": "jobs", "job": job, "file": f, "preview": preview,
+        "download_url": download_url(pk, f),
+    })
+
+
+@login_required
+@require_GET
+def job_file_download(request: HttpRequest, pk: int, path: str) -> HttpResponse:
+    """One output file's bytes from the stored bundle (Range supported); ``?inline=1`` shows an
+    image (not SVG), JSON, CSV or text in the browser."""
+    _job, f = _output_file_or_404(request, pk, path)
+    try:
+        return output_file_response(request, f, inline=request.GET.get("inline") == "1")
+    except NotAddressable as exc:
+        return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
 
 
 @login_required
