@@ -1,6 +1,9 @@
 """Reads of jobs. Every read a user makes goes through one that filters by owner."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
@@ -15,6 +18,57 @@ def jobs_of(user) -> QuerySet[Job]:
     if not user.is_authenticated:
         return Job.objects.none()
     return Job.objects.filter(owner=user).order_by("-submitted_at", "-id")
+
+
+SEARCH_MAX_CHARS = 100  # a job's name is at most 100 characters (Job.name)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What "My jobs" is narrowed to: a part of the name (case-insensitive), a state, an outcome.
+
+    Empty strings mean "any". Built by :func:`job_filter_parse`, which drops values that are not
+    a state or an outcome, so a filter never fails.
+    """
+
+    q: str = ""
+    state: str = ""
+    outcome: str = ""
+
+    @property
+    def active(self) -> bool:
+        """True when anything narrows the list (then arrays' tasks are listed one by one)."""
+        return bool(self.q or self.state or self.outcome)
+
+    def params(self) -> dict[str, str]:
+        """The non-empty parts as GET parameters (for pagination links)."""
+        return {k: v for k, v in (("q", self.q), ("state", self.state), ("outcome", self.outcome)) if v}
+
+
+def job_filter_parse(params: Any) -> JobFilter:
+    """A :class:`JobFilter` from GET parameters ``q``, ``state``, ``outcome`` (a QueryDict or dict).
+
+    ``q`` is stripped and cut to :data:`SEARCH_MAX_CHARS`; a ``state`` or ``outcome`` that is
+    not one of :class:`JobState` / :class:`Outcome` is ignored (the list shows all).
+    """
+    q = str(params.get("q", "") or "").strip()[:SEARCH_MAX_CHARS]
+    state = params.get("state", "") or ""
+    outcome = params.get("outcome", "") or ""
+    return JobFilter(q=q, state=state if state in JobState.values else "",
+                     outcome=outcome if outcome in Outcome.values else "")
+
+
+def jobs_search(user, flt: JobFilter) -> QuerySet[Job]:
+    """``user``'s own jobs narrowed by ``flt``, newest first; every job on its own (the tasks of
+    an array too). Owner-scoped exactly as :func:`jobs_of`: anyone else's jobs are never there."""
+    jobs = jobs_of(user)
+    if flt.q:
+        jobs = jobs.filter(name__icontains=flt.q)
+    if flt.state:
+        jobs = jobs.filter(state=flt.state)
+    if flt.outcome:
+        jobs = jobs.filter(outcome=flt.outcome)
+    return jobs
 
 
 def jobs_queued() -> QuerySet[Job]:

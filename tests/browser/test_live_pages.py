@@ -1,5 +1,6 @@
 """In a real browser, without a reload: a job submitted through the form goes queued -> rented ->
-running -> output -> released on its page, its log tail grows, "My jobs" in a second tab follows,
+running -> output -> released on its page, its log tail grows, "My jobs" in a second tab (opened
+empty, before the job was submitted) shows its row and follows,
 and a page whose socket died mid-run comes back to the right final state.
 """
 from __future__ import annotations
@@ -88,6 +89,11 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     context.add_init_script(RECORD_STATES)
     page = context.new_page()
     sign_in(page, web, "viewer")
+    # My jobs opened first, while the user has no job at all: the row must arrive live (issue 16 item 6).
+    jobs_tab = context.new_page()
+    jobs_tab.goto(web + "/")
+    wait_live(jobs_tab)
+    assert jobs_tab.is_visible("text=No jobs yet") and not jobs_tab.is_visible("#job-rows")
 
     # Submit the training example through the form, a longer run so the log grows while we watch.
     page.goto(web + "/jobs/new/?example=training")
@@ -104,14 +110,14 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     wait_live(page)
     assert page.get_attribute(status, "data-job-state") == "queued"
 
-    # A second tab on My jobs, and a third job page on the uvicorn that will be killed.
-    jobs_tab = context.new_page()
-    jobs_tab.goto(web + "/")
-    wait_live(jobs_tab)
+    # The My jobs tab, opened empty, shows the new row without a reload; a third job page on the
+    # uvicorn that will be killed.
+    jobs_tab.wait_for_selector(f'#job-row-{job_id}[data-job-state="queued"]', timeout=10_000)
+    assert jobs_tab.is_visible(f"#job-row-{job_id}") and not jobs_tab.is_visible("text=No jobs yet")
+    assert jobs_tab.evaluate("window.__e31NoReload") is True
     doomed = context.new_page()
     doomed.goto(f"{other_web}/jobs/{job_id}/")
     wait_live(doomed)
-    assert jobs_tab.get_attribute(f"#job-row-{job_id}", "data-job-state") == "queued"
 
     drain_all(False)  # let it run
     page.wait_for_selector(f'{status}[data-job-state="running"]', timeout=60_000)

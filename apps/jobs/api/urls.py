@@ -7,6 +7,7 @@ from . import views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateView.as_view(), name="job-list"),
+    path("jobs/cancel/", views.JobBulkCancelView.as_view(), name="job-cancel-bulk"),
     path("jobs/<id:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<id:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
     path("jobs/<id:pk>/rerun/", views.JobRerunView.as_view(), name="job-rerun"),

@@ -28,7 +28,7 @@ from ..arrays import (
 )
 from ..rerun import job_rerun
 from ..selectors import job_own_or_404, jobs_of, log_read
-from ..services.cancel import CancelEffect, job_cancel_effect
+from ..services.cancel import BulkCancelError, CancelEffect, bulk_ids_parse, job_cancel_effect, jobs_cancel_bulk
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .serializers import ArraySerializer, JobEventSerializer, JobSerializer
@@ -120,6 +120,32 @@ class JobCancelView(APIView):
         job, effect = job_cancel_effect(job=job_own_or_404(request.user, pk), by=request.user)
         data = JobSerializer(job, context={"request": request}).data
         return Response({**data, "cancel": {"effect": effect.value, "detail": CANCEL_DETAIL[effect]}})
+
+
+class JobBulkCancelView(APIView):
+    """``POST /api/v1/jobs/cancel/`` with ``{"ids": [1, 2, ...]}``: cancel those that are mine."""
+
+    parser_classes = [SafeJSONParser]
+
+    @extend_schema(
+        request=inline_serializer("BulkCancelRequest",
+                                  {"ids": serializers.ListField(child=serializers.IntegerField())}),
+        responses=inline_serializer("BulkCancelResult", {
+            "cancelled": serializers.IntegerField(), "released": serializers.IntegerField(),
+            "stopping": serializers.IntegerField(), "already": serializers.IntegerField()}),
+        description="Cancel several of my jobs at once (at most 500 ids). Ids that are not my jobs are ignored and "
+                    "counted nowhere. `released`: queued, released at once; `stopping`: the run is being stopped; "
+                    "`already`: ending or ended already; `cancelled` = released + stopping.")
+    def post(self, request):
+        ids = request.data.get("ids") if isinstance(request.data, dict) else None
+        if not isinstance(ids, list):
+            raise ValidationError({"ids": ["A list of job ids is required."]})
+        try:
+            done = jobs_cancel_bulk(owner=request.user, ids=bulk_ids_parse(ids))
+        except BulkCancelError as exc:
+            raise ValidationError({"ids": [str(exc).removeprefix("ids: ")]}) from None
+        return Response({"cancelled": done.cancelled, "released": done.released,
+                         "stopping": done.stopping, "already": done.already})
 
 
 class JobRerunView(APIView):

@@ -1,6 +1,8 @@
 """Cancelling a job (SPEC §3): released at once while queued, else stopped by its agent."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -53,3 +55,68 @@ def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None) -> tuple[
     for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_id", flat=True):
         node_wake(node_id)
     return job, CancelEffect.STOPPING
+
+
+BULK_CANCEL_MAX = 500  # ids in one bulk cancel (ten pages of "My jobs")
+
+
+@dataclass(frozen=True)
+class BulkCancelled:
+    """What a bulk cancel did, counted over the caller's own jobs only.
+
+    ``released``: queued jobs released at once; ``stopping``: running ones whose agent was told
+    to stop; ``already``: jobs already ending or ended (nothing done). Ids that are not the
+    caller's jobs are not counted anywhere, so the answer says nothing about them.
+    """
+
+    released: int = 0
+    stopping: int = 0
+    already: int = 0
+
+    @property
+    def cancelled(self) -> int:
+        """Jobs this call cancelled (released now or told to stop)."""
+        return self.released + self.stopping
+
+
+class BulkCancelError(ValueError):
+    """The ids of a bulk cancel are not a list of at most :data:`BULK_CANCEL_MAX` job ids."""
+
+    field = "ids"
+
+
+def bulk_ids_parse(values: Iterable[object]) -> list[int]:
+    """Job ids from a form or JSON list: positive integers, duplicates dropped, order kept.
+
+    Raises:
+        BulkCancelError: a value is not a positive integer, or more than :data:`BULK_CANCEL_MAX`.
+    """
+    ids: list[int] = []
+    for value in values:
+        text = str(value).strip()
+        if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or len(text) > 18 or int(text) < 1:
+            raise BulkCancelError(f"ids: {text[:20]!r} is not a job id")
+        if int(text) not in ids:
+            ids.append(int(text))
+    if len(ids) > BULK_CANCEL_MAX:
+        raise BulkCancelError(f"ids: at most {BULK_CANCEL_MAX} jobs at once, got {len(ids)}")
+    return ids
+
+
+def jobs_cancel_bulk(*, owner: AbstractBaseUser, ids: Iterable[int]) -> BulkCancelled:
+    """Cancel those of ``ids`` that are ``owner``'s jobs, each as :func:`job_cancel_effect` does
+    (its own transaction: queued jobs released at once, running ones stopped by their agent,
+    each one's release e-mail and live row as for a single cancel). Idempotent.
+
+    Ids of other users' jobs, or of no job, are skipped without a trace.
+    """
+    released = stopping = already = 0
+    for job in Job.objects.filter(owner=owner, pk__in=list(ids)).order_by("pk"):
+        _, effect = job_cancel_effect(job=job, by=owner)
+        if effect == CancelEffect.RELEASED:
+            released += 1
+        elif effect == CancelEffect.STOPPING:
+            stopping += 1
+        else:
+            already += 1
+    return BulkCancelled(released, stopping, already)

@@ -169,11 +169,31 @@ def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, ver
     })
 
 
+def run_duration(job: Job, now: datetime) -> str:
+    """How long the job's command ran, as ``1h30m`` (:func:`apps.core.units.format_duration`):
+    from ``run_started_at`` to ``run_ended_at`` once ended, to ``now`` while it runs, "–" when
+    the run never started (queued, rented and staging, or released before a run)."""
+    if job.run_started_at is None:
+        return "–"
+    end = job.run_ended_at or (job.released_at if job.state == JobState.RELEASED else now)
+    return format_duration(max(0, int((end - job.run_started_at).total_seconds())))
+
+
+def gpus_text(job: Job) -> tuple[int, str]:
+    """The job's GPUs in all, and ``"2×4"`` (nodes × GPUs per node) for a multi-node job, else ""."""
+    return job.gpus_total, (f"{job.nodes}×{job.gpus_per_node}" if job.nodes > 1 else "")
+
+
 def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
-    """What one row of "My jobs" shows; ``job.money`` is set from its leases."""
+    """What one row of "My jobs" shows; ``job.money`` (from its leases), ``job.duration``
+    (:func:`run_duration`) and ``job.gpus_split`` (:func:`gpus_text`) are set on ``job``, so a page
+    that includes ``jobs/_row.html`` for each job of a page shows the same as a push."""
     stamp = stamp_ms() if stamp is None else stamp
-    job.money = job_money(job.leases.all(), timezone.now())
-    return {"job": job, "version": f"{job.event_seq} {stamp}"}
+    now = timezone.now()
+    job.money = job_money(job.leases.all(), now)
+    job.duration = run_duration(job, now)
+    job.gpus_split = gpus_text(job)[1]
+    return {"job": job, "version": f"{job.event_seq} {stamp}", "selectable": True}
 
 
 def render_row(job: Job, *, stamp: int | None = None) -> str:

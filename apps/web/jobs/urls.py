@@ -8,6 +8,7 @@ app_name = "jobs"
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("jobs/new/", views.job_new, name="new"),
+    path("jobs/cancel/", views.job_cancel_bulk_view, name="cancel-bulk"),
     path("jobs/new/estimate/", views.job_estimate, name="estimate"),
     path("jobs/<id:pk>/", views.job_detail, name="detail"),
     path("jobs/<id:pk>/log/", views.job_log, name="log"),

@@ -12,19 +12,22 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.artifacts.files import NotAddressable, OutputFile, bundle_file
 from apps.artifacts.http import bundle_response, output_file_response
 from apps.artifacts.services import bundle_latest
-from apps.core.choices import JobState
+from apps.core.choices import JobState, Outcome
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
 from apps.jobs.examples import example_files, example_names
 from apps.jobs.models import Job
-from apps.jobs.selectors import job_own_or_404, jobs_of, log_read
-from apps.jobs.services.cancel import job_cancel
+from apps.jobs.selectors import job_filter_parse, job_own_or_404, jobs_of, jobs_search, log_read
+from apps.jobs.services.cancel import BulkCancelError, bulk_ids_parse, job_cancel, jobs_cancel_bulk
 from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
@@ -33,23 +36,22 @@ from apps.web.jobs.fragments import array_row_context, job_page_context, list_ro
 from apps.web.jobs.outputs import download_url, file_preview
 
 JOBS_PER_PAGE = 50
+CANCELLABLE_STATES = (JobState.QUEUED, JobState.RENTED, JobState.RUNNING, JobState.OUTPUT)
 
 
 # --- pages ---------------------------------------------------------------
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    """My jobs, newest first, 50 a page, optionally one state (``?state=queued``)."""
-    state = request.GET.get("state", "")
-    if state in JobState.values:  # one state: every job in it, the tasks of arrays one by one
-        jobs = jobs_of(request.user).filter(state=state)
-    else:  # all: an array is one row (apps.jobs.arrays)
-        state = ""
-        jobs = jobs_grouped_of(request.user)
+    """My jobs, newest first, 50 a page; ``?q=`` (a part of the name), ``?state=``, ``?outcome=``
+    narrow it (:func:`apps.jobs.selectors.jobs_search`) and list arrays' tasks one by one."""
+    flt = job_filter_parse(request.GET)
+    # narrowed: every job on its own; all: an array is one row (apps.jobs.arrays)
+    jobs = jobs_search(request.user, flt) if flt.active else jobs_grouped_of(request.user)
     page = Paginator(jobs.select_related("array").prefetch_related("leases"),
                      JOBS_PER_PAGE).get_page(request.GET.get("page"))
     stamp = stamp_ms()
-    arrays = {job.array_id for job in page if job.array_id is not None and not state}
+    arrays = {job.array_id for job in page if job.array_id is not None and not flt.active}
     counts = array_counts(arrays)
     for job in page:
         if job.array_id in arrays:
@@ -57,10 +59,52 @@ def job_list(request: HttpRequest) -> HttpResponse:
         else:
             job.version = list_row_context(job, stamp=stamp)["version"]
     return render(request, "jobs/list.html", {
-        "section": "jobs", "page": page, "state": state, "states": JobState.choices,
+        "section": "jobs", "page": page, "filter": flt, "state": flt.state, "states": JobState.choices,
+        "outcomes": Outcome.choices, "filter_query": urlencode(flt.params()),
+        # live rows that are new: any on page 1 of all jobs, or of one state; none under a search
+        "new_rows": "" if page.number != 1 or flt.q or flt.outcome else (flt.state or "any"),
         "examples": example_names(),
         "has_any": page.paginator.count > 0 or jobs_of(request.user).exists(),
     })
+
+
+@login_required
+@require_POST
+def job_cancel_bulk_view(request: HttpRequest) -> HttpResponse:
+    """Cancel the jobs ticked in "My jobs" (``ids``, repeated). Without ``confirm=1`` (a browser
+    without JavaScript), a page lists the caller's jobs among them and asks to confirm; with it
+    (the confirm page, or htmx after ``hx-confirm``), :func:`jobs_cancel_bulk` cancels those that
+    are the caller's, ignoring any other id, and says how many. Back to "My jobs" as filtered."""
+    back_query = urlencode(job_filter_parse(QueryDict(request.POST.get("back", ""))).params())
+    back = reverse("jobs:list") + (f"?{back_query}" if back_query else "")
+    try:
+        ids = bulk_ids_parse(request.POST.getlist("ids"))
+    except BulkCancelError as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    if not ids:
+        messages.info(request, "No job selected: tick the jobs to cancel first.")
+        return redirect(back)
+    if request.POST.get("confirm") != "1":
+        chosen = list(jobs_of(request.user).filter(pk__in=ids, state__in=CANCELLABLE_STATES,
+                                                   cancel_requested_at__isnull=True))
+        if not chosen:
+            messages.info(request, "None of the selected jobs can be cancelled: they are ending or ended already.")
+            return redirect(back)
+        return render(request, "jobs/cancel_bulk.html", {"section": "jobs", "jobs": chosen,
+                                                         "back": back_query})
+    done = jobs_cancel_bulk(owner=request.user, ids=ids)
+    words = [f"{done.cancelled:,} job{pluralize(done.cancelled)} cancelled"]
+    if done.stopping:
+        words.append(f"{done.stopping:,} of them running: the node stops the run and packs its outputs")
+    if done.already:
+        words.append(f"{done.already:,} already ending or ended")
+    (messages.success if done.cancelled else messages.info)(request, "; ".join(words) + ".")
+    if request.headers.get("HX-Request"):
+        resp = HttpResponse(status=204)
+        resp["HX-Redirect"] = back
+        return resp
+    return redirect(back)
 
 
 @login_required
