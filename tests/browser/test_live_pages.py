@@ -179,7 +179,7 @@ def test_a_job_goes_through_the_five_steps_live_in_the_browser(stack, browser):
     # The bundle downloads from the page, with the manifest of the declared outputs.
     with page.expect_download() as download:
         page.click(f"#job-{job_id}-bundle a:has-text('Download bundle')")
-    with tarfile.open(fileobj=io.BytesIO(open(download.value.path(), "rb").read()), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(open(download.value.path(), "rb").read()), mode="r:*") as tar:
         manifest = json.load(tar.extractfile("manifest.json"))
     assert any(f["path"] == "metrics.json" for f in manifest["files"])
     # And the whole log.
