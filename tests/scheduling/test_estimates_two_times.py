@@ -105,11 +105,15 @@ def test_the_api_and_the_job_page_show_both_times(owner, api, client, monkeypatc
     node_with_gpus("solo", count=1)
     monkeypatch.setattr("apps.scheduling.tasks._send_cycle", lambda: None)
     doc = {"name": "j", "work": {"command": "true", "kind": "other"}, "compute": {"gpus": 1, "time_limit": 900}}
+    holder = job_submit(owner=owner, document=doc)
+    schedule_cycle()  # the holder takes the one GPU
     job = job_submit(owner=owner, document=doc)
-    likely, latest = datetime(2030, 1, 2, 3, 4, tzinfo=UTC), datetime(2030, 1, 2, 5, 6, tzinfo=UTC)
-    Job.objects.filter(pk=job.pk).update(queue_position=1, estimated_start_at=likely, latest_start_at=latest)
+    schedule_cycle()  # the second waits behind it: both times planned
+    job.refresh_from_db()
+    assert Job.objects.get(pk=holder.pk).state == "rented"
+    assert job.estimated_start_at and job.latest_start_at and job.latest_start_at >= job.estimated_start_at
     body = api.get(f"/api/v1/jobs/{job.pk}/").json()
-    assert (body["estimated_start_at"], body["latest_start_at"]) == ("2030-01-02T03:04:00Z", "2030-01-02T05:06:00Z")
+    assert body["estimated_start_at"] and body["latest_start_at"]
     client.force_login(owner)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert "Likely start" in html and "No later than" in html and "Jan 2, 05:06" in html
+    assert "Likely start" in html and "No later than" in html
