@@ -323,6 +323,15 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
         beat.stopped.set()
         cycles.stop()
         stop_jobs_by_operator(timeout_s=settings.E31_GRACE_S + STOP_PACK_S)
+        stop_local_agents()  # before the server: no agent long poll is left to cut at its shutdown
+
+    agents_stopped = threading.Event()
+
+    def stop_local_agents() -> None:
+        if not agents_stopped.is_set():
+            agents_stopped.set()
+            print("  stopping agents...", flush=True)
+            local_agents.stop()
 
     # Open long polls of the local agents would hold a graceful stop for up to their wait.
     server = DrainingServer(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
@@ -352,6 +361,5 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     finally:
         beat.stopped.set()
         cycles.stop()
-        print("  stopping agents...", flush=True)
-        local_agents.stop()
+        stop_local_agents()
         print("  stopped.", flush=True)
