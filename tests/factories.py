@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import itertools
+from importlib import import_module
 
 import factory
+from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.utils import timezone
 
 from apps.core.choices import NodeState
@@ -66,3 +69,11 @@ def spec(**overrides) -> dict:
     }
     doc.update(overrides)
     return doc
+
+
+def flush_database() -> None:
+    """Empty every table as ``transactional_db`` does, then put back what the migrations seed (the
+    default GPU rates of ``metering/0002``), so the tests that run after a module-scoped live stack
+    find the database a fresh test database would be."""
+    call_command("flush", interactive=False, verbosity=0)
+    import_module("apps.metering.migrations.0002_default_rates").add_rates(django_apps, None)

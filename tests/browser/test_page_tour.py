@@ -40,13 +40,12 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
-from django.core.management import call_command
 from django.db import connections
 from playwright.sync_api import sync_playwright
 
 from devstack import BASE_DIR, LocalStack
 from tests.e2e.conftest import E2E_REDIS_DB, database_url
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD, UserFactory, flush_database
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS
 
@@ -272,7 +271,7 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
                 client.post(f"/api/v1/jobs/{world.jobs[key]}/cancel/")
         finally:
             stack.stop(timeout=10)
-            call_command("flush", interactive=False, verbosity=0)
+            flush_database()
 
 
 @pytest.fixture(scope="module")

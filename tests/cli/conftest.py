@@ -17,6 +17,7 @@ from django.db import connection
 from apps.pool.models import Gpu
 from devstack import LocalStack
 from tests.e2e.conftest import E2E_REDIS_DB, database_url
+from tests.factories import flush_database
 
 E31 = str(Path(sys.executable).with_name("e31"))  # the console script `make` installs (-e ./cli)
 
@@ -81,4 +82,4 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
             except CommandError as exc:
                 pytest.fail(f"meter_check after the CLI tests: {exc}\n{err.getvalue()}")
             finally:
-                call_command("flush", interactive=False, verbosity=0)
+                flush_database()
