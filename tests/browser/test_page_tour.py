@@ -58,7 +58,7 @@ HEIGHT = {1400: 900, 390: 844}
 EXAMPLES = ("training", "inference", "processing", "simulation")
 # Short clocks: SIGTERM-to-SIGKILL grace 1 s, node watch every second, a silent node lost after 3 s.
 FAST = {"E31_GRACE_S": "1", "E31_HEARTBEAT_S": "1", "E31_NODE_WATCH_PERIOD_S": "1", "E31_SCHEDULER_PERIOD_S": "1",
-        "E31_NODE_LOSS_TIMEOUT_S": "3", "E31_MAX_ATTEMPTS": "1", "E31_AGENT_RETRY_MAX_S": "2",
+        "E31_NODE_LOSS_TIMEOUT_S": "8", "E31_MAX_ATTEMPTS": "1", "E31_AGENT_RETRY_MAX_S": "2",
         "E31_AGENT_POLL_WAIT_S": "5"}
 BIG = ["H100", "A100"]  # node-a and node-b; node-c (one L40S) is kept for the node that gets lost
 
