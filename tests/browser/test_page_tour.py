@@ -56,7 +56,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420), pytest.mark.django_db]
 WIDTHS = (1400, 390)
 HEIGHT = {1400: 900, 390: 844}
 EXAMPLES = ("training", "inference", "processing", "simulation")
-# Short clocks: SIGTERM-to-SIGKILL grace 1 s, node watch every second, a silent node lost after 30 s (the tour's page renders can hold agent heartbeats ~10 s, see the session note).
+# Short clocks: SIGTERM-to-SIGKILL grace 1 s, node watch every second, a silent node lost after 30 s
+# (the tour's page renders can hold agent heartbeats ~10 s; see the session note).
 FAST = {"E31_GRACE_S": "1", "E31_HEARTBEAT_S": "1", "E31_NODE_WATCH_PERIOD_S": "1", "E31_SCHEDULER_PERIOD_S": "1",
         "E31_NODE_LOSS_TIMEOUT_S": "30", "E31_MAX_ATTEMPTS": "1", "E31_AGENT_RETRY_MAX_S": "2",
         "E31_AGENT_POLL_WAIT_S": "5"}

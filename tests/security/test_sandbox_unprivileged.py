@@ -106,7 +106,8 @@ def test_a_non_root_agent_seals_its_job_in_a_user_namespace(tmp_path):
         token_file.chmod(0o600)
         site = sysconfig.get_paths()["purelib"]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(base), "LANG": "C.UTF-8",
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "agent"), str(ROOT / "protocol"), site]), "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "agent"), str(ROOT / "protocol"), site]),
+               "PYTHONDONTWRITEBYTECODE": "1",
                "E31_NODE_TOKEN": TOKEN}  # in its environ too: the job must not read /proc/<agent>/environ
         python = _python_for_agent_user(env)
         secret_input = os.urandom(2048)
