@@ -59,6 +59,8 @@ class LocalStack:
         beat: also run Celery beat (periodic cycles, node watch).
         split_workers: one Celery worker per queue (``core``: cycles and node watch;
             ``side``: mail), as production runs them; else one worker takes both.
+        workers: how many of each worker (two or more: the scale-out shape, issue 15).
+        spread_agents: agent i talks to web process ``i % web`` (else every agent to the first).
         env: extra environment for every process.
         agent_args: extra command-line arguments for every agent.
 
@@ -74,6 +76,8 @@ class LocalStack:
     web: int = 1
     beat: bool = False
     split_workers: bool = False
+    workers: int = 1
+    spread_agents: bool = False
     env: dict[str, str] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list, init=False)
@@ -118,11 +122,13 @@ class LocalStack:
         for _ in range(self.web):
             self.ports.append(free_port())
         self._spawn_web(env)
-        for name, queues in ([("worker-core", "core"), ("worker-side", "side")] if self.split_workers
-                             else [("worker", "core,side")]):
-            self._spawn(name, [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo", "--loglevel=WARNING",
-                               "--without-heartbeat", "--without-gossip", "--without-mingle", f"--queues={queues}",
-                               f"--hostname={name}@%h"], env)
+        kinds = [("worker-core", "core"), ("worker-side", "side")] if self.split_workers else [("worker", "core,side")]
+        for kind, queues in kinds:
+            for i in range(self.workers):
+                name = kind if i == 0 else f"{kind}{i + 1}"
+                self._spawn(name, [py, "-m", "celery", "-A", "e31site", "worker", "--pool=solo", "--loglevel=WARNING",
+                                   "--without-heartbeat", "--without-gossip", "--without-mingle",
+                                   f"--queues={queues}", f"--hostname={name}@%h"], env)
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)
@@ -144,10 +150,12 @@ class LocalStack:
     def start_agent(self, name: str) -> subprocess.Popen:
         """Start (or start again) the agent of node ``name``, on its work dir, with its token."""
         simulate = dict(self.agents)[name]
+        index = [n for n, _ in self.agents].index(name)
+        server = self.urls[index % len(self.urls)] if self.spread_agents else self.url
         workdir = self.var_dir / "agents" / name
         workdir.mkdir(parents=True, exist_ok=True)
         agent_env = {k: v for k, v in self._env().items() if not k.startswith(("DATABASE_", "REDIS_"))}
-        return self._spawn(f"agent-{name}", [sys.executable, "-m", "e31_agent.cli", "--server", self.url,
+        return self._spawn(f"agent-{name}", [sys.executable, "-m", "e31_agent.cli", "--server", server,
                                              "--simulate", simulate, "--workdir", str(workdir), *self.agent_args],
                            {**agent_env, "E31_NODE_TOKEN": self.tokens[name]})
 
