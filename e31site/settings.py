@@ -214,6 +214,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.metering.tasks.budget_alerts_task",
         "schedule": env_float("E31_BUDGET_PERIOD_S", 60.0),
     },
+    # Retention (issue 15): expired bundles, unreferenced uploads, expired logs, old agent reports.
+    "sweep-storage": {
+        "task": "apps.agent_api.tasks.sweep_storage_task",
+        "schedule": env_float("E31_SWEEP_PERIOD_S", 86400.0),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -340,6 +345,10 @@ E31_MAX_ATTEMPTS = env_int("E31_MAX_ATTEMPTS", 2)
 E31_LOG_MAX_BYTES = env_int("E31_LOG_MAX_BYTES", 10 * 1024 * 1024)
 E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
 E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
+# The storage sweep (issue 15, apps.agent_api.retention): an upload no live job names is deleted
+# this many days after it was uploaded; agent reports of released jobs after this many days.
+E31_UPLOAD_GRACE_DAYS = env_int("E31_UPLOAD_GRACE_DAYS", 2)
+E31_AGENT_REPORTS_KEEP_DAYS = env_int("E31_AGENT_REPORTS_KEEP_DAYS", 30)
 # Directories a spec may read with file:// (empty: file:// refused).
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 # Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).
