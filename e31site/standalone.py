@@ -108,7 +108,7 @@ def files_private() -> list[Path]:
 
 
 _budget_checked_at = [0.0]  # monotonic seconds of the last budget scan (the beat thread's own)
-_swept_at = [time.monotonic()]  # the last storage sweep: the first one a day after start
+_swept_at = [float("-inf")]  # monotonic seconds of the last storage sweep: the first at start
 
 
 def periodic_work() -> None:
