@@ -237,12 +237,18 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# WhiteNoise serves STATIC_ROOT (collectstatic, at deploy); while it is empty (`make run`, tests) it
+# serves static/ and the apps' static files where they lie (finders), so nothing has to be collected.
+WHITENOISE_USE_FINDERS = env_bool("E31_STATIC_FINDERS", not any(STATIC_ROOT.iterdir()))
 MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
 FILE_UPLOAD_PERMISSIONS = 0o600
 FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 STORAGES = {
     "default": {"BACKEND": env_str("E31_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # WhiteNoise (issue 15, e31site/staticasgi.py): collectstatic writes a .gz (.br with brotli)
+    # beside each file. Not the Manifest variant: the vendored chart.umd.min.js names a source map
+    # that is not vendored, which fails its post-processing; names stay plain (ETag and 304 instead).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 34 * 1024 * 1024  # a bundle chunk is at most 32 MiB (apps/artifacts/services.py)
