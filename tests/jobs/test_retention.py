@@ -104,13 +104,20 @@ def test_an_object_already_gone_does_not_crash_the_sweep(frozen_clock, owner, po
     assert Bundle.objects.get(pk=bundle.pk).expired_at is not None
 
 
-def test_retention_days_of_the_spec_or_the_site_default_are_kept_on_the_job(frozen_clock, owner, pool):
-    """The agent endpoint completes the bundle with the spec's output.retention_days (the site default
-    when the spec gives none); the job's log data expires on the same days after release."""
-    job = rented_job(owner, output={"paths": ["out/**"], "retention_days": 2})
-    assert job.spec["output"]["retention_days"] == 2
-    job_default = rented_job(owner)
-    assert job_default.spec["output"]["retention_days"] == 7  # E31_RETENTION_DAYS_DEFAULT
+def test_each_jobs_retention_days_or_the_site_default_set_when_its_log_expires(frozen_clock, owner, pool,
+                                                                                 settings):
+    """The spec's output.retention_days (the site default when it gives none) is kept on the job; its
+    log data expires that many days after release (the agent endpoint completes the bundle with
+    the same days)."""
+    short, _ = finished_job(owner, clock=frozen_clock, output={"paths": ["out/**"], "retention_days": 2})
+    default, _ = finished_job(owner, clock=frozen_clock)
+    assert short.spec["output"]["retention_days"] == 2
+    assert default.spec["output"]["retention_days"] == settings.E31_RETENTION_DAYS_DEFAULT == 7
+    frozen_clock.advance(days=2)
+    assert kinds(sweep_storage())["logs"] == (1, 6)
+    assert not LogChunk.objects.filter(job=short).exists() and LogChunk.objects.filter(job=default).exists()
+    frozen_clock.advance(days=5)
+    assert kinds(sweep_storage())["logs"] == (1, 6)
 
 
 # --- what the owner sees after expiry -------------------------------------------------------------
@@ -128,6 +135,16 @@ def test_job_page_says_outputs_expired_and_keeps_manifest_and_receipt(frozen_clo
     assert web(owner).get(f"/usage/receipts/{job.pk}/").status_code == 200  # the receipt stays
     resp = web(owner).get(f"/jobs/{job.pk}/bundle/")
     assert resp.status_code == 410 and b"expired on" in resp.content
+
+
+def test_job_page_says_when_the_log_expired(frozen_clock, owner, pool):
+    job, _bundle = done(owner, frozen_clock)
+    assert "hello" in web(owner).get(f"/jobs/{job.pk}/").content.decode()
+    frozen_clock.set(job.released_at + 7 * DAY)
+    sweep_storage()
+    page = web(owner).get(f"/jobs/{job.pk}/").content.decode()
+    assert f"The log expired on {frozen_clock.now():%b} {frozen_clock.now().day}" in page
+    assert "No output yet" not in page
 
 
 def test_api_answers_410_gone_after_expiry_and_404_to_others(frozen_clock, owner, pool, api, stranger_api):

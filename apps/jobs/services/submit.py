@@ -93,7 +93,7 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     with transaction.atomic():
-        _uploads_still_there(owner, spec)  # locks them: the storage sweep cannot delete one meanwhile
+        spec_uploads_lock(owner, spec)  # locks them: the storage sweep cannot delete one meanwhile
         # SpecError if over:
         spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
         job = unsaved_job(spec, owner)
@@ -106,8 +106,9 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
 
 
 
-def _uploads_still_there(owner: AbstractBaseUser, spec: JobSpec) -> None:
-    """Lock the uploads the spec names (:func:`apps.jobs.retention.uploads_lock`, issue 15).
+def spec_uploads_lock(owner: AbstractBaseUser, spec: JobSpec) -> None:
+    """Lock the uploads the spec names (:func:`apps.jobs.retention.uploads_lock`, issue 15); call
+    inside the submit's transaction, so the storage sweep cannot delete one under it.
 
     Raises:
         SpecError: one was deleted since the spec was checked (the storage sweep).
