@@ -1,18 +1,17 @@
 """ASGI entry point: HTTP to Django, WebSockets to the live-page consumers (docs/live.md).
 
-Static files are served by Django's ASGI static handler, which keeps the
-whole middleware chain async-capable: the agents' long polls then wait on the
-event loop instead of holding a thread each. Behind a CDN or proxy that
-serves ``STATIC_ROOT``, it is never reached.
+Static files are served by WhiteNoise at the ASGI level (``e31site/staticasgi.py``), in
+front of Django, which keeps the whole middleware chain async-capable: the agents' long
+polls then wait on the event loop instead of holding a thread each. Behind a CDN or proxy
+that serves ``STATIC_ROOT``, it is never reached.
 """
 import os
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "e31site.settings")
 from e31site.asgibody import get_asgi_application  # noqa: E402  (bundle chunks read into memory)
+from e31site.staticasgi import WhiteNoiseASGI  # noqa: E402
 
-django_asgi = ASGIStaticFilesHandler(get_asgi_application())
+django_asgi = WhiteNoiseASGI(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

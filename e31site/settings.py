@@ -214,6 +214,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.metering.tasks.budget_alerts_task",
         "schedule": env_float("E31_BUDGET_PERIOD_S", 60.0),
     },
+    # Retention (issue 15): expired bundles, unreferenced uploads, expired logs, old agent reports.
+    "sweep-storage": {
+        "task": "apps.agent_api.tasks.sweep_storage_task",
+        "schedule": env_float("E31_SWEEP_PERIOD_S", 86400.0),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -232,12 +237,18 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# WhiteNoise serves STATIC_ROOT (collectstatic, at deploy); while it is empty (`make run`, tests) it
+# serves static/ and the apps' static files where they lie (finders), so nothing has to be collected.
+WHITENOISE_USE_FINDERS = env_bool("E31_STATIC_FINDERS", not any(STATIC_ROOT.iterdir()))
 MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
 FILE_UPLOAD_PERMISSIONS = 0o600
 FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 STORAGES = {
     "default": {"BACKEND": env_str("E31_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # WhiteNoise (issue 15, e31site/staticasgi.py): collectstatic writes a .gz (.br with brotli)
+    # beside each file. Not the Manifest variant: the vendored chart.umd.min.js names a source map
+    # that is not vendored, which fails its post-processing; names stay plain (ETag and 304 instead).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 34 * 1024 * 1024  # a bundle chunk is at most 32 MiB (apps/artifacts/services.py)
@@ -340,6 +351,10 @@ E31_MAX_ATTEMPTS = env_int("E31_MAX_ATTEMPTS", 2)
 E31_LOG_MAX_BYTES = env_int("E31_LOG_MAX_BYTES", 10 * 1024 * 1024)
 E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
 E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
+# The storage sweep (issue 15, apps.agent_api.retention): an upload no live job names is deleted
+# this many days after it was uploaded; agent reports of released jobs after this many days.
+E31_UPLOAD_GRACE_DAYS = env_int("E31_UPLOAD_GRACE_DAYS", 2)
+E31_AGENT_REPORTS_KEEP_DAYS = env_int("E31_AGENT_REPORTS_KEEP_DAYS", 30)
 # Directories a spec may read with file:// (empty: file:// refused).
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 # Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
+from apps.agent_api.tasks import sweep_storage_task
 from apps.jobs.operator import jobs_holding, jobs_stop_holding
 from apps.jobs.tasks import node_watch_task
 from apps.live.push import set_local_loop
@@ -107,17 +108,22 @@ def files_private() -> list[Path]:
 
 
 _budget_checked_at = [0.0]  # monotonic seconds of the last budget scan (the beat thread's own)
+_swept_at = [float("-inf")]  # monotonic seconds of the last storage sweep: the first at start
 
 
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for; the
-    budget alerts every ``E31_BUDGET_PERIOD_S`` (settings' beat schedule)."""
+    budget alerts every ``E31_BUDGET_PERIOD_S`` and the storage sweep every ``E31_SWEEP_PERIOD_S``
+    (settings' beat schedule)."""
     close_old_connections()
     try:
         node_watch_task()
         if time.monotonic() - _budget_checked_at[0] >= settings.CELERY_BEAT_SCHEDULE["budget-alerts"]["schedule"]:
             _budget_checked_at[0] = time.monotonic()
             budget_alerts_task()
+        if time.monotonic() - _swept_at[0] >= settings.CELERY_BEAT_SCHEDULE["sweep-storage"]["schedule"]:
+            _swept_at[0] = time.monotonic()
+            sweep_storage_task()  # retention (issue 15): daily
     finally:
         close_old_connections()
     cycle_wanted()

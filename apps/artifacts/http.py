@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.utils.http import content_disposition_header
 
 from .files import FILE_CSP, OutputFile, content_type, file_check
+from .retention import bundle_check_kept
 from .services import bundle_latest
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -140,8 +141,11 @@ def bundle_response(request: HttpRequest, job, *, rank: int = 0) -> HttpResponse
 
     Raises:
         Http404: the job has no bundle (yet) on that rank.
+        OutputsExpired: the storage sweep deleted it (the views answer 410 Gone).
     """
     bundle = bundle_latest(job, rank=rank)
+    if bundle is not None:
+        bundle_check_kept(bundle)
     if bundle is None or not bundle.file:
         raise Http404
     suffix = f"-rank{bundle.rank}" if bundle.rank else ""

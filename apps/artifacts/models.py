@@ -46,6 +46,8 @@ class Bundle(models.Model):
     verifies it. ``files``: one ``{"path", "size_bytes", "sha256", "offset"}``
     per file, ``offset`` being where its bytes start in the archive (absent for
     a ``bundle.tar.gz`` from an older agent, whose stream has no offsets).
+    ``expires_at``: when the storage sweep may delete the archive (completion plus the job's
+    ``output.retention_days``); ``expired_at``: when it did (``file`` is then empty).
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bundles")
@@ -58,6 +60,8 @@ class Bundle(models.Model):
     files = models.JSONField(default=list, blank=True, help_text="Manifest: path, size_bytes, sha256.")
     completed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True, help_text=(
+        "When the storage sweep deleted the archive (issue 15); the row and its manifest stay."))
 
     class Meta:
         ordering = ["job", "-attempt", "rank"]

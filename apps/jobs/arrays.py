@@ -35,7 +35,7 @@ from .limits import spend_limit_enforce
 from .models import Job, JobArray, JobEvent
 from .selectors import jobs_of
 from .services.cancel import job_cancel
-from .services.submit import after_submit, job_submit, spec_validate, unsaved_job
+from .services.submit import after_submit, job_submit, spec_uploads_lock, spec_validate, unsaved_job
 from .spec import SpecError, compute_request
 from .state import transition_bulk
 
@@ -73,6 +73,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
     first.max_attempts = settings.E31_MAX_ATTEMPTS
     first.event_seq = 1  # the "submitted" event below; no other writer knows the job yet
     with transaction.atomic():
+        spec_uploads_lock(owner, spec)  # the storage sweep cannot delete one meanwhile (issue 15)
         # One check for the whole array's worst case (SpecError if over).
         spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now)
         first.array = JobArray.objects.create(owner=owner, name=spec.name, size=size, submitted_at=now,

@@ -68,6 +68,7 @@ class JobSerializer(serializers.ModelSerializer):
             url = reverse("api:job-bundle", args=[job.pk]) + (f"?rank={bundle.rank}" if bundle.rank else "")
             return {"rank": bundle.rank, "size_bytes": bundle.size_bytes, "sha256": bundle.sha256,
                     "files": bundle.files, "attempt": bundle.attempt, "expires_at": bundle.expires_at,
+                    "expired_at": bundle.expired_at,  # set once the storage sweep deleted it: url answers 410
                     "url": request.build_absolute_uri(url) if request else url}
 
         first = describe(bundles[0])

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from apps.artifacts.files import NotAddressable, addressable, bundle_file, bundle_files
 from apps.artifacts.http import bundle_response, output_file_response
+from apps.artifacts.retention import OutputsExpired, bundle_check_kept
 from apps.artifacts.services import bundle_latest, uploads_from_files
 from apps.core.choices import JobState
 from apps.jobs.quotes import job_quote
@@ -199,7 +200,19 @@ class JobBundleView(APIView):
     @extend_schema(parameters=[OpenApiParameter("rank", int, description="node rank of a multi-node job")],
                    responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int):
-        return bundle_response(request, job_own_or_404(request.user, pk), rank=_int_param(request, "rank", 0))
+        try:
+            return bundle_response(request, job_own_or_404(request.user, pk), rank=_int_param(request, "rank", 0))
+        except OutputsExpired as exc:
+            return _gone(exc)
+
+
+def _gone(exc: OutputsExpired, files: list[dict] | None = None) -> Response:
+    """410 Gone (issue 15): the storage sweep deleted the job's outputs; ``detail`` says when, and
+    the files endpoint adds the manifest (path, size_bytes, sha256), which stays."""
+    body: dict = {"detail": str(exc), "expired_at": exc.expired_at.isoformat()}
+    if files is not None:
+        body["files"] = files
+    return Response(body, status=status.HTTP_410_GONE)
 
 
 # --- outputs file by file (issue 16 item 2) -----------------------------------------
@@ -212,9 +225,12 @@ OUTPUT_FILES = inline_serializer("OutputFile", many=True, fields={
 
 
 def _latest_bundle(request, job):
-    """The latest attempt's bundle of ``?rank=`` (default 0), or a 404 saying there is none."""
+    """The latest attempt's bundle of ``?rank=`` (default 0), or a 404 saying there is none;
+    :class:`OutputsExpired` when the storage sweep deleted it."""
     rank = _int_param(request, "rank", 0)
     bundle = bundle_latest(job, rank=rank)
+    if bundle is not None:
+        bundle_check_kept(bundle)
     if bundle is None or not bundle.file:
         raise NotFound(f"Job {job.pk} has no bundle on rank {rank} (yet).")
     return bundle
@@ -231,11 +247,17 @@ class JobFilesView(APIView):
             "files": OUTPUT_FILES,
         }),
         description="The output files of the job's latest bundle on node `rank`: path, size, sha256 "
-                    "and the URL of each file. 404 when the job has no bundle (yet).",
+                    "and the URL of each file. 404 when the job has no bundle (yet); 410 when the storage "
+                    "sweep deleted it (the body keeps the manifest: path, size_bytes, sha256).",
     )
     def get(self, request, pk: int):
         job = job_own_or_404(request.user, pk)
-        bundle = _latest_bundle(request, job)
+        try:
+            bundle = _latest_bundle(request, job)
+        except OutputsExpired as exc:
+            rank_bundle = bundle_latest(job, rank=_int_param(request, "rank", 0))
+            return _gone(exc, [{"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256}
+                               for f in bundle_files(rank_bundle)])
         query = f"?rank={bundle.rank}" if bundle.rank else ""
         files = [{"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256,
                   "url": request.build_absolute_uri(reverse("api:job-file", args=[job.pk, f.path]) + query)}
@@ -259,7 +281,10 @@ class JobFileView(APIView):
     )
     def get(self, request, pk: int, path: str):
         job = job_own_or_404(request.user, pk)
-        f = bundle_file(_latest_bundle(request, job), path)
+        try:
+            f = bundle_file(_latest_bundle(request, job), path)
+        except OutputsExpired as exc:
+            return _gone(exc)
         if f is None:
             raise NotFound(f"No file {path!r} in the bundle of job {job.pk}.")
         inline = request.query_params.get("inline", "").lower() in ("1", "true", "yes")

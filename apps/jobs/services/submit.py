@@ -16,6 +16,7 @@ from apps.core.choices import JobState
 from apps.jobs import signals
 from apps.jobs.limits import spend_limit_enforce
 from apps.jobs.models import Job, JobEvent
+from apps.jobs.retention import uploads_lock
 from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
 from apps.scheduling.adapter import job_request, pool_refusal
 from apps.scheduling.tasks import enqueue_schedule_cycle
@@ -92,6 +93,7 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     with transaction.atomic():
+        spec_uploads_lock(owner, spec)  # locks them: the storage sweep cannot delete one meanwhile
         # SpecError if over:
         spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
         job = unsaved_job(spec, owner)
@@ -102,6 +104,21 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
         after_submit(owner.pk, [job.pk])
     return job
 
+
+
+def spec_uploads_lock(owner: AbstractBaseUser, spec: JobSpec) -> None:
+    """Lock the uploads the spec names (:func:`apps.jobs.retention.uploads_lock`, issue 15); call
+    inside the submit's transaction, so the storage sweep cannot delete one under it.
+
+    Raises:
+        SpecError: one was deleted since the spec was checked (the storage sweep).
+    """
+    gone = set(uploads_lock(owner.pk, [item.source for item in spec.data]))
+    errors = {f"data[{i}].source": ["This uploaded file was deleted (uploads no job uses are kept "
+                                    f"{settings.E31_UPLOAD_GRACE_DAYS} days): upload it again."]
+              for i, item in enumerate(spec.data) if item.source in gone}
+    if errors:
+        raise SpecError(errors)
 
 
 def after_submit(owner_id: int, job_ids: list[int]) -> None:

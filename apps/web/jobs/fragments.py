@@ -30,6 +30,7 @@ from apps.core.units import format_duration
 from apps.jobs.arrays import array_counts
 from apps.jobs.models import Job, JobArray
 from apps.jobs.prestage import staging_progress
+from apps.jobs.retention import job_expires_at
 from apps.jobs.selectors import end_detail, log_read
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
@@ -114,6 +115,15 @@ def log_tail(job: Job) -> tuple[str, bool]:
     return text, offset > 0
 
 
+def log_expired_at(job: Job, tail: str) -> datetime | None:
+    """When the storage sweep deleted the job's log (its expiry, :func:`apps.jobs.retention.job_expires_at`),
+    or None while it is kept or when the log was empty anyway."""
+    expires = job_expires_at(job)
+    if tail or not job.log_size or expires is None or expires > timezone.now():
+        return None
+    return expires
+
+
 def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     """Everything the job page's fragments show, read now.
 
@@ -137,7 +147,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
         "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
         "end_detail": end_detail(job),
         "time_limit": format_duration(job.time_limit_s),
-        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles,
+        "log_tail": tail, "log_cut": tail_cut, "bundles": bundles, "log_expired_at": log_expired_at(job, tail),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
     }
 

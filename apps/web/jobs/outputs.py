@@ -56,8 +56,9 @@ def preview_url(job_id: int, f: OutputFile) -> str:
 
 def file_rows(job_id: int, bundle: Bundle) -> list[FileRow]:
     """The bundle card's rows for ``bundle``, in manifest order. A bundle without offsets (an
-    older agent's ``bundle.tar.gz``) has neither download nor preview links per file."""
-    one_by_one = addressable(bundle)
+    older agent's ``bundle.tar.gz``) has neither download nor preview links per file, nor has one
+    whose archive the storage sweep deleted (its manifest stays)."""
+    one_by_one = addressable(bundle) and bundle.expired_at is None
     return [FileRow(f.path, f.size_bytes, f.sha256,
                     download_url(job_id, f) if one_by_one else None,
                     preview_url(job_id, f) if one_by_one and f.kind else None)

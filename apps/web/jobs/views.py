@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseGone, QueryDict
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from apps.artifacts.files import NotAddressable, OutputFile, bundle_file
 from apps.artifacts.http import bundle_response, output_file_response
+from apps.artifacts.retention import OutputsExpired, bundle_check_kept
 from apps.artifacts.services import bundle_latest
 from apps.core.choices import JobState, Outcome
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
@@ -184,7 +185,15 @@ def job_log(request: HttpRequest, pk: int) -> HttpResponse:
 def job_bundle(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's output bundle (``bundle.tar.gz``), with HTTP Range support."""
     job = job_own_or_404(request.user, pk)
-    return bundle_response(request, job, rank=_rank_or_404(request))
+    try:
+        return bundle_response(request, job, rank=_rank_or_404(request))
+    except OutputsExpired as exc:
+        return _gone(exc)
+
+
+def _gone(exc: OutputsExpired) -> HttpResponse:
+    """410 Gone: the storage sweep deleted the job's outputs (issue 15)."""
+    return HttpResponseGone(f"{exc}\n", content_type="text/plain; charset=utf-8")
 
 
 def _rank_or_404(request: HttpRequest) -> int:
@@ -197,9 +206,16 @@ def _rank_or_404(request: HttpRequest) -> int:
 
 
 def _output_file_or_404(request: HttpRequest, pk: int, path: str) -> tuple[Job, OutputFile]:
-    """The user's job ``pk`` and the file listed exactly as ``path`` in its latest bundle on ``?rank=``."""
+    """The user's job ``pk`` and the file listed exactly as ``path`` in its latest bundle on ``?rank=``.
+
+    Raises:
+        Http404: no such job of the user's, bundle or file.
+        OutputsExpired: the storage sweep deleted the bundle.
+    """
     job = job_own_or_404(request.user, pk)
     bundle = bundle_latest(job, rank=_rank_or_404(request))
+    if bundle is not None:
+        bundle_check_kept(bundle)  # OutputsExpired: 410
     f = bundle_file(bundle, path) if bundle is not None and bundle.file else None
     if f is None:
         raise Http404("No such file in this job's bundle.")
@@ -210,7 +226,10 @@ def _output_file_or_404(request: HttpRequest, pk: int, path: str) -> tuple[Job, 
 @require_GET
 def job_file(request: HttpRequest, pk: int, path: str) -> HttpResponse:
     """One output file's page: its facts, its download, and a preview of an image, JSON, CSV or text."""
-    job, f = _output_file_or_404(request, pk, path)
+    try:
+        job, f = _output_file_or_404(request, pk, path)
+    except OutputsExpired as exc:
+        return _gone(exc)
     try:
         preview = file_preview(pk, f)
     except NotAddressable as exc:
@@ -227,7 +246,10 @@ def job_file(request: HttpRequest, pk: int, path: str) -> HttpResponse:
 def job_file_download(request: HttpRequest, pk: int, path: str) -> HttpResponse:
     """One output file's bytes from the stored bundle (Range supported); ``?inline=1`` shows an
     image (not SVG), JSON, CSV or text in the browser."""
-    _job, f = _output_file_or_404(request, pk, path)
+    try:
+        _job, f = _output_file_or_404(request, pk, path)
+    except OutputsExpired as exc:
+        return _gone(exc)
     try:
         return output_file_response(request, f, inline=request.GET.get("inline") == "1")
     except NotAddressable as exc:

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from apps.agent_api.retention import storage_report
 from apps.core.units import format_duration
 from apps.jobs.selectors import jobs_of
 from apps.metering.accounts import profile_of, profile_set_time_zone, user_tz
@@ -157,12 +158,14 @@ def staff_only(view):
 @staff_only
 @require_GET
 def report(request: HttpRequest) -> HttpResponse:
-    """Operators: GPU-hours held, idle, down and charged, and revenue, per day and GPU model; top accounts."""
+    """Operators: GPU-hours held, idle, down and charged, and revenue, per day and GPU model; top accounts;
+    storage used by kind and what the next sweep frees (issue 15)."""
     form = ReportFilterForm(request.GET or None)
     tz = user_tz(request.user)
     data = operator_report(*form.span(tz), tz=tz, now=timezone.now())
     return render(request, "metering/report.html", {
         "section": "report", "form": form, "report": data, "query": request.GET.urlencode(), "tz_name": str(tz),
+        "storage": storage_report(),
     })
 
 
