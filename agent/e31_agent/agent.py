@@ -240,7 +240,8 @@ class Agent:
         interval = self.registration.heartbeat_interval_s
         while not self.stop_event.is_set():
             try:
-                answer = self.client.heartbeat(self.running(), health=self._health())
+                answer = self.client.heartbeat(self.running(), health=self._health(),
+                                               cached_inputs=self._cached_inputs())
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 self._stop_runs_if_cut_off()
@@ -276,6 +277,16 @@ class Agent:
             log.warning("%s: the server has not answered for %.0f s (node-loss timeout %.0f s); stopping it",
                         run.ref, time.monotonic() - self._last_reached, loss)
             run.drop()
+
+    def _cached_inputs(self) -> list[str] | None:
+        """What the input cache holds, for the server's cache affinity (None: no cache here)."""
+        if self.prestager is None:
+            return None
+        try:
+            return self.prestager.inputs.cache.identities()
+        except Exception:  # informative only: a beat never fails for it
+            log.exception("cannot list the input cache")
+            return None
 
     def _health(self) -> dict[str, Any] | None:
         try:
