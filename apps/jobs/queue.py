@@ -15,8 +15,8 @@ from django.db import connection
 from django.db.models import FloatField
 from django.db.models.expressions import RawSQL
 
-from apps.core.choices import JobState
 from apps.artifacts.models import Upload
+from apps.core.choices import JobState
 from apps.metering.models import Lease, LeaseGpu
 from apps.metering.services import lease_open
 from apps.pool.models import Gpu, Node

@@ -103,7 +103,8 @@ def _accepts_usage(fn: Callable) -> bool:
 def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: str | PolicyConfig = "e31", *,
                 until: float | None = None, predict: bool = True, usage: Mapping[str, float] | None = None,
                 schedule_fn: Callable | None = None,
-                progress: Callable[[int, int], None] | None = None, staging: StagingHooks | None = None) -> ReplayResult:
+                progress: Callable[[int, int], None] | None = None,
+                staging: StagingHooks | None = None) -> ReplayResult:
     """Run ``jobs`` on ``nodes`` (all their GPUs free at the start; CPUs and memory as given) under ``policy``.
 
     ``until``: stop before the first event later than this (epoch s). ``predict``: False gives
