@@ -250,7 +250,9 @@ class _Cycle:
     # --- estimates and reasons ------------------------------------------------
 
     def finish(self, *, monotone: bool, shares: dict[str, float]) -> None:
-        """Estimate every waiting job (reserved ones: their reservation) and write its reason.
+        """Estimate every waiting job (reserved ones: their reservation) and write its reason; its
+        planned nodes (``Pending.nodes``: the reservation's, else the estimate walk's) are where
+        pre-staging sends its inputs (issue 14 item 5).
 
         ``monotone``: no job may start before one ahead of it (``fifo``).
         """
