@@ -65,4 +65,4 @@ def cache_affinity(job: JobRequest, node: NodeView) -> int:
     node with the higher count, so a job starts where its data already is (issue 14 item 5)."""
     if not job.inputs or not node.cached:
         return 0
-    return sum(1 for key in job.inputs if key in node.cached)
+    return sum(1 for key in set(job.inputs) if key in node.cached)

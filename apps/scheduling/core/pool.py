@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .matching import cache_affinity, gpu_fits, node_could_ever_hold
+from .matching import gpu_fits, node_could_ever_hold
 from .priority import planned_end
 from .profile import INF, Profile
 from .types import GpuSlot, JobRequest, NodeView
@@ -118,7 +118,10 @@ class Pool:
             self.buckets[free].add(idx)
         self.free_total = free_total
         self.multi_unit_nodes = multi
-        self.cached_units = [u.idx for u in units if u.node.cached]  # units on nodes that reported a cache
+        self.holders: dict[str, list[int]] = defaultdict(list)  # input identity -> units whose node's cache holds it
+        for unit in units:
+            for key in unit.node.cached:
+                self.holders[key].append(unit.idx)
         self._profiles: dict[int, Profile] = {}
         self._lprofiles: dict[int, Profile] = {}
         self._eligibility: dict[tuple, Eligibility] = {}
@@ -208,15 +211,14 @@ class Pool:
     def affinity(self, job: JobRequest) -> dict[int, int]:
         """``{unit idx: inputs of job its node's cache holds}`` for the units holding any (empty when
         the job has no inputs or no node reported a cache): the cache-affinity tie-break of
-        :meth:`fit_now` and :meth:`_pick`, after best fit, never before it."""
-        if not job.inputs or not self.cached_units:
+        :meth:`fit_now` and :meth:`_pick`, after best fit, never before it; the count of
+        :func:`~.matching.cache_affinity`, from an index built once per cycle."""
+        if not job.inputs or not self.holders:
             return {}
-        units = self.units
-        out = {}
-        for u in self.cached_units:
-            count = cache_affinity(job, units[u].node)
-            if count:
-                out[u] = count
+        out: dict[int, int] = {}
+        for key in set(job.inputs):
+            for u in self.holders.get(key, ()):
+                out[u] = out.get(u, 0) + 1
         return out
 
     def take_now(self, job: JobRequest, units: list[int], duration: float,
