@@ -13,6 +13,8 @@ the waits written in the trace (field 3), same jobs, no estimates.
     # issue 14: the goals (e31 against easy) on both traces and generated workloads, met or not
     .venv/bin/python benchmarks/policies.py --policies easy,e31 --no-recorded --goals \
         --traces kth,sdsc,gen-small,gen-huge,gen-bursty --out var/goals.json
+    # issue 14 item 5: staging GPU-hours, cache hit rate, utilisation; pre-staging x cache affinity
+    .venv/bin/python benchmarks/policies.py --data --policies e31 --traces kth,sdsc --limit 5000
 
 Generated workloads (``gen-SHAPE``, :mod:`apps.scheduling.simulator.generate`) are written to
 ``var/generated/`` (64 nodes of 8 GPUs, ``--gen-jobs`` jobs) and replayed like a trace.
@@ -38,6 +40,7 @@ import easy_reference  # noqa: E402
 from apps.scheduling.core import schedule  # noqa: E402
 from apps.scheduling.simulator import recorded_trace, simulate_trace  # noqa: E402
 from apps.scheduling.simulator.generate import SHAPES, write_swf  # noqa: E402
+from apps.scheduling.simulator.staging import format_data_table, simulate_data  # noqa: E402
 
 TRACE_DIR = Path(os.environ.get("E31_TRACES", "/work/shared/traces"))
 TRACES = {
@@ -187,6 +190,29 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def run_data(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS) -> dict:
+    _name, nodes, gpus = TRACES[trace]
+    return simulate_data(trace_path(trace, gen_jobs), policy, nodes=nodes, gpus_per_node=gpus, limit=limit)
+
+
+def data_main(traces: list[str], policy: str, limit: int | None, args: argparse.Namespace) -> dict:
+    """``--data``: the four data rows of each trace (:func:`apps.scheduling.simulator.staging.simulate_data`)."""
+    for t in traces:
+        trace_path(t, args.gen_jobs)
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        futures = {t: pool.submit(run_data, t, policy, limit, args.gen_jobs) for t in traces}
+        results = [futures[t].result() for t in traces]
+    for r in results:
+        print(format_data_table(r) + "\n")
+    report = {"benchmark": "policies-data", "limit": limit, "wall_s": round(time.perf_counter() - started, 1),
+              "results": results}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=20000, help="first N jobs of each trace; 0 = whole trace")
@@ -197,6 +223,9 @@ def main() -> dict:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--goals", action="store_true", help="print issue 14's goals, e31 against easy, met or not")
     parser.add_argument("--gen-jobs", type=int, default=GEN_JOBS, help="jobs of each generated workload")
+    parser.add_argument("--data", action="store_true", help="issue 14 item 5: pre-staging and cache affinity on "
+                        "generated input data (four replays per trace, the first policy named); see --data of "
+                        "manage.py simulate")
     args = parser.parse_args()
     limit = args.limit or None
     traces = [t.strip() for t in args.traces.split(",") if t.strip()]
@@ -208,6 +237,8 @@ def main() -> dict:
     for p in missing:
         print(f"policy {p!r} is not in the scheduling core yet: left out", file=sys.stderr)
     policies = [p for p in policies if p not in missing]
+    if args.data:
+        return data_main(traces, policies[0] if policies else "e31", limit, args)
     runs = [(t, p) for t in traces for p in ([] if args.no_recorded or t.startswith("gen-") else ["recorded"])
             + policies]
     if args.goals:

@@ -371,3 +371,11 @@ E31_POLICY_OVERRIDES = {
 }
 E31_FAIRSHARE_HALF_LIFE_S = env_float("E31_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
 E31_CYCLE_STATS_KEEP = env_int("E31_CYCLE_STATS_KEEP", 500)
+# Pre-staging (issue 14 item 5, apps.scheduling.core.prestage): a queued job's inputs go to its planned
+# node(s) once its likely start is within input bytes / rate; the rate is the node's measured one, else
+# this default (bytes per second). Inputs of unknown size (not uploads) count as the next setting (bytes).
+# At most PER_NODE jobs pre-stage on one node and PER_CYCLE jobs in all.
+E31_PRESTAGE_DEFAULT_RATE_BPS = env_float("E31_PRESTAGE_DEFAULT_RATE_BPS", 100e6)
+E31_PRESTAGE_UNKNOWN_INPUT_BYTES = env_int("E31_PRESTAGE_UNKNOWN_INPUT_BYTES", 10**9)
+E31_PRESTAGE_PER_NODE = env_int("E31_PRESTAGE_PER_NODE", 4)
+E31_PRESTAGE_PER_CYCLE = env_int("E31_PRESTAGE_PER_CYCLE", 64)

@@ -58,6 +58,7 @@ from .state import RunState, run_states
 log = logging.getLogger(__name__)
 
 RECENT = 1000  # finished attempts remembered, so a late repeat is not run twice
+CACHE_RESEND_BEATS = 30  # the input cache list goes with a heartbeat when it changed, and every 30 beats
 
 
 class WorkdirBusy(Exception):
@@ -238,13 +239,21 @@ class Agent:
     def _beat(self) -> None:
         assert self.registration is not None
         interval = self.registration.heartbeat_interval_s
+        sent: list[str] | None = None  # the cache list the server last acknowledged
+        beats = 0
         while not self.stop_event.is_set():
+            cached = self._cached_inputs()
+            # the list only when it changed, and every CACHE_RESEND_BEATS beats (a server restored
+            # from a backup, a lost answer): the server keeps the last one it got
+            send = cached if cached != sent or beats % CACHE_RESEND_BEATS == 0 else None
+            beats += 1
             try:
-                answer = self.client.heartbeat(self.running(), health=self._health())
+                answer = self.client.heartbeat(self.running(), health=self._health(), cached_inputs=send)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 self._stop_runs_if_cut_off()
             else:
+                sent = cached if send is not None else sent
                 self._reached_server()
                 self._cancel(answer.cancel)
                 if answer.state == NodeState.DOWN:
@@ -276,6 +285,16 @@ class Agent:
             log.warning("%s: the server has not answered for %.0f s (node-loss timeout %.0f s); stopping it",
                         run.ref, time.monotonic() - self._last_reached, loss)
             run.drop()
+
+    def _cached_inputs(self) -> list[str] | None:
+        """What the input cache holds, for the server's cache affinity (None: no cache here)."""
+        if self.prestager is None:
+            return None
+        try:
+            return self.prestager.inputs.cache.identities()
+        except Exception:  # informative only: a beat never fails for it
+            log.exception("cannot list the input cache")
+            return None
 
     def _health(self) -> dict[str, Any] | None:
         try:

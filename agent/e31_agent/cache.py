@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 50 * 1000**3  # 50 GB; ``--cache-max-bytes`` changes it
 INDEX = "index.json"
+IDENTITIES_MAX = 1000  # inputs named in a heartbeat (the server keeps no more)
 # fsspec ``info()`` fields that name an object's version, by backend (http, s3, gcs, local)
 VALIDATORS = ("ETag", "etag", "generation", "md5Hash", "Content-MD5", "LastModified", "updated", "mtime")
 
@@ -58,6 +59,7 @@ class Entry:
     name: str
     sha256: str | None
     last_used: float
+    source: str = ""  # what it was fetched from (``upload:<id>``, a URL); "" in an index of an older agent
 
 
 def key_for(source: str, *, sha256: str | None, info: dict[str, Any] | None, server: str = "") -> str | None:
@@ -133,6 +135,21 @@ class InputCache:
         with self._lock:
             return sorted((Entry(**asdict(e)) for e in self._entries.values()), key=lambda e: e.last_used)
 
+    def identities(self, limit: int = IDENTITIES_MAX) -> list[str]:
+        """The inputs held, as the server names them (``apps.scheduling.core.matching.input_identity``),
+        most recently used first, at most ``limit``: ``sha256-<hex>`` of an entry whose checksum is
+        known and the source it was fetched from, when recorded; sent with each heartbeat."""
+        out: dict[str, None] = {}
+        with self._lock:
+            for entry in sorted(self._entries.values(), key=lambda e: -e.last_used):
+                if entry.sha256:
+                    out[f"sha256-{entry.sha256.lower()}"] = None
+                if entry.source:
+                    out[entry.source] = None
+                if len(out) >= limit:
+                    break
+        return list(out)[:limit]
+
     # -- writes --------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -167,7 +184,7 @@ class InputCache:
         finally:
             lock.release()
 
-    def add(self, key: str, tmp: Path, *, name: str, sha256: str | None) -> Path | None:
+    def add(self, key: str, tmp: Path, *, name: str, sha256: str | None, source: str = "") -> Path | None:
         """Move the finished download ``tmp`` into the cache as ``key``; returns its new path.
 
         Evicts least recently used unpinned entries to stay within
@@ -182,7 +199,8 @@ class InputCache:
             path = self.objects / key
             os.chmod(tmp, 0o444)  # the job gets copies or links; nobody writes a cached file
             os.replace(tmp, path)
-            self._entries[key] = Entry(key=key, size=size, name=name, sha256=sha256, last_used=time.time())
+            self._entries[key] = Entry(key=key, size=size, name=name, sha256=sha256, last_used=time.time(),
+                                       source=source)
             self._save()
             return path
 
@@ -219,7 +237,8 @@ class InputCache:
     def _load(self) -> dict[str, Entry]:
         try:
             raw = json.loads((self.root / INDEX).read_text())
-            return {k: Entry(key=k, **{f: v[f] for f in ("size", "name", "sha256", "last_used")})
+            return {k: Entry(key=k, source=str(v.get("source") or ""),
+                             **{f: v[f] for f in ("size", "name", "sha256", "last_used")})
                     for k, v in raw.get("entries", {}).items()}
         except FileNotFoundError:
             return {}

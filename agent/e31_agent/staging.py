@@ -294,7 +294,7 @@ class Stager:
                 # it was not there a moment ago: waiting for a pre-stage to download it counts as downloading
                 return self._hit(source, sources, hit, downloaded=waited)
             tmp, name = self._fetch(source, sources)
-            kept = self.cache.add(key, tmp, name=name, sha256=source.item.sha256)
+            kept = self.cache.add(key, tmp, name=name, sha256=source.item.sha256, source=source.item.source)
             if kept is None:
                 return tmp, name, True
             return kept, name, False

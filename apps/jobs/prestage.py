@@ -1,9 +1,10 @@
 """Pre-staging: a queued job's inputs fetched into its planned node's cache, meter off.
 
-The scheduling cycle reserves GPUs for the top blocked job(s) on named
-nodes; :func:`prestage_plan` keeps one :class:`JobPrestage` row per
-(reserved job with inputs, planned node) and drops the rest (the plan
-moved, the job started or left). The node's agent finds the rows in its
+The scheduling cycle plans every queued job onto named nodes and picks, bounded, the
+ones to pre-stage (the reserved job(s), and each job whose likely start is within its
+staging time: :func:`apps.scheduling.core.prestage.prestage_targets`, issue 14 item 5);
+:func:`prestage_plan` keeps one :class:`JobPrestage` row per (such job with inputs,
+planned node) and drops the rest (the plan moved, the job started or left). The node's agent finds the rows in its
 work answer (:func:`prestage_offers`), fetches the inputs into its cache
 and reports progress (:func:`prestage_report`). When the job is rented
 there, inputs already cached are linked in at once; only the rest is
@@ -31,7 +32,7 @@ MESSAGE_MAX = 300
 
 
 def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
-    """Make the pre-stage rows equal to the plan: ``[(job_id, [node_id by rank])]`` of reservations.
+    """Make the pre-stage rows equal to the plan: ``[(job_id, [node_id by rank])]`` of the jobs to pre-stage.
 
     Only jobs that declare inputs (``spec.data``) and are still queued get
     rows. Writes only what changed; runs inside the cycle's transaction.
@@ -45,7 +46,7 @@ def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetim
         job_ids.add(job_id)
         for rank, node_id in enumerate(node_ids):
             wanted[(job_id, node_id)] = rank
-    # a few reserved jobs at most: their specs are read here rather than with a JSON lookup SQLite lacks
+    # E31_PRESTAGE_PER_CYCLE jobs at most: their specs are read here rather than with a JSON lookup SQLite lacks
     with_data = {pk for pk, spec in Job.objects.filter(pk__in=job_ids, state=JobState.QUEUED)
                  .values_list("pk", "spec") if spec.get("data")} if job_ids else set()
     wanted = {k: r for k, r in wanted.items() if k[0] in with_data}

@@ -6,18 +6,22 @@ the state machine, inside the scheduling cycle's transaction.
 """
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import FloatField
 from django.db.models.expressions import RawSQL
 
+from apps.artifacts.models import Upload
 from apps.core.choices import JobState
 from apps.metering.models import Lease, LeaseGpu
 from apps.metering.services import lease_open
 from apps.pool.models import Gpu, Node
-from apps.scheduling.ports import Hold, PositionChange, QueuedJob
+from apps.scheduling.core.matching import input_identity
+from apps.scheduling.ports import Hold, JobInputs, PositionChange, QueuedJob
 
 from . import signals
 from .models import Job, JobEvent
@@ -77,6 +81,42 @@ class DatabaseJobQueue:
         """:func:`apps.jobs.prestage.prestage_plan`."""
         return prestage_plan(reservations, now=now)
 
+    def inputs(self) -> dict[int, JobInputs]:
+        """Queued jobs' ``spec.data`` as identities and bytes: an upload's size is known; another
+        source's is not before a node fetched it, so it counts ``E31_PRESTAGE_UNKNOWN_INPUT_BYTES``.
+        Reads only the ``data`` key of the specs of queued jobs that have one."""
+        rows = [(pk, data) for pk, data in Job.objects.filter(state=JobState.QUEUED, spec__has_key="data")
+                .values_list("pk", "spec__data") if data]
+        upload_ids = set()
+        for _pk, data in rows:
+            for item in data:
+                source = str(item.get("source") or "")
+                if source.startswith("upload:"):
+                    upload_ids.add(source[len("upload:"):].strip())
+        sizes: dict[str, int] = {}
+        if upload_ids:
+            valid = [u for u in upload_ids if _is_uuid(u)]
+            sizes = {f"upload:{pk}": size for pk, size in
+                     Upload.objects.filter(pk__in=valid).values_list("pk", "size_bytes")}
+        unknown = settings.E31_PRESTAGE_UNKNOWN_INPUT_BYTES
+        out = {}
+        for pk, data in rows:
+            keys, total = [], 0
+            for item in data:
+                source = str(item.get("source") or "")
+                keys.append(input_identity(source, item.get("sha256")))
+                total += sizes.get(source, unknown)
+            out[pk] = JobInputs(tuple(keys), total)
+        return out
+
+    def staging_rates(self) -> dict[int, float]:
+        """The rate of the newest of the last 500 leases whose job measured one, per node (bytes/s)."""
+        rates: dict[int, float] = {}
+        for node_id, rate in (Lease.objects.filter(job__staging_rate_bps__gt=0).order_by("-rented_at")
+                              .values_list("node_id", "job__staging_rate_bps")[:500]):
+            rates.setdefault(node_id, rate)
+        return rates
+
     def write_positions(self, changed: Sequence[PositionChange]) -> None:
         """Store the rows (on PostgreSQL one ``UPDATE ... FROM unnest(...)``; elsewhere ``bulk_update``;
         only rows still queued are touched), then push one message per owner after commit."""
@@ -108,3 +148,11 @@ class DatabaseJobQueue:
         Lease.objects.filter(job_id__in=job_ids, rented_at=stamped, released_at__isnull=True).update(rented_at=at)
         Job.objects.filter(pk__in=job_ids, state=JobState.RENTED, rented_at=stamped).update(rented_at=at)
         JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.RENTED, at=stamped).update(at=at)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True

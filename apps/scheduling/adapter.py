@@ -30,7 +30,9 @@ from apps.pool.notify import node_wake
 
 from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, predict_runtime, schedule
 from .core.matching import model_matches, node_could_ever_hold
+from .core.prestage import prestage_targets
 from .models import SchedulerCycle
+from .node_cache import cached_inputs
 from .ports import PositionChange, QueuedJob, job_queue
 from .usage import usage_now
 
@@ -138,6 +140,15 @@ def pool_views(now: datetime) -> list[NodeView]:
     return views
 
 
+def _add_cache_views(views: list[NodeView], rates: dict[int, float]) -> None:
+    """Fill each view's ``cached`` (what its agent last reported its cache holds) and its measured
+    ``staging_rate_bps`` (bytes/s), in place: the core's cache-affinity tie-break and pre-staging read them."""
+    cached = cached_inputs()
+    for view in views:
+        view.cached = cached.get(view.node_id, frozenset())
+        view.staging_rate_bps = rates.get(view.node_id)
+
+
 def pool_capacity() -> list[NodeView]:
     """Every node the pool knows, whatever its state, with its present GPUs, all free.
 
@@ -228,6 +239,8 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             queue.prestage([], now=now)
             return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
         views = pool_views(now)
+        _add_cache_views(views, queue.staging_rates())
+        inputs = queue.inputs()
         usage = usage_now(now)
         runtimes: dict[tuple[int, int], float] = {}
         requests = []
@@ -238,7 +251,11 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                 runtimes[key] = predict_runtime(
                     usage[row.owner_id].recent_runtimes_s if row.owner_id in usage else [], row.time_limit_s)
             predicted[row.job_id] = runtimes[key]
-            requests.append(queued_request(row, runtimes[key]))
+            request = queued_request(row, runtimes[key])
+            if row.job_id in inputs:
+                request = dataclasses.replace(request, inputs=inputs[row.job_id].identities,
+                                              input_bytes=inputs[row.job_id].total_bytes)
+            requests.append(request)
         policy = policy_config()
         decision = schedule(requests, views, now.timestamp(), policy,
                             usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()})
@@ -259,8 +276,12 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                                               None if latest is None else datetime.fromtimestamp(latest, UTC)))
         if changed:
             queue.write_positions(changed)  # and one push per owner after commit
-        # Reserved jobs' inputs go to their planned nodes' caches now, meter off (issue 4, item 7).
-        for node_id in queue.prestage([(r.job_id, [n for n, _ in r.nodes]) for r in decision.reservations], now=now):
+        # Inputs go to the planned nodes' caches, meter off (issue 4 item 7): the reserved jobs' and
+        # every job whose likely start is within its staging time (issue 14 item 5), bounded.
+        plan = prestage_targets(decision, {r.job_id: r for r in requests}, views, now.timestamp(),
+                                default_rate_bps=settings.E31_PRESTAGE_DEFAULT_RATE_BPS,
+                                per_node=settings.E31_PRESTAGE_PER_NODE, per_cycle=settings.E31_PRESTAGE_PER_CYCLE)
+        for node_id in queue.prestage(plan, now=now):
             node_wake(node_id)
         seconds = time.monotonic() - started
         _keep_cycle_stat(now, policy.name, seconds, len(rows), len(decision.placements))

@@ -38,3 +38,17 @@ class SchedulerCycle(models.Model):
 
     def __str__(self) -> str:
         return f"cycle at {self.at:%H:%M:%S}: {self.seconds * 1000:.1f} ms"
+
+
+class NodeCache(models.Model):
+    """What one node's input cache holds, as its agent last reported (issue 14 item 5): the input
+    identities (:func:`apps.scheduling.core.matching.input_identity`) of its entries, most recently
+    used first, at most :data:`apps.scheduling.node_cache.REPORT_MAX`. An agent that reports
+    nothing (older than this field) has no row: its node gets no cache-affinity preference."""
+
+    node = models.OneToOneField("pool.Node", on_delete=models.CASCADE, related_name="input_cache")
+    inputs = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"cache of node {self.node_id}: {len(self.inputs)} inputs"

@@ -46,6 +46,13 @@ class Hold(NamedTuple):
     memory_mib: int  # the job's memory per node
 
 
+class JobInputs(NamedTuple):
+    """A queued job's inputs as pre-staging and cache affinity see them (issue 14 item 5)."""
+
+    identities: tuple[str, ...]  # apps.scheduling.core.matching.input_identity of each input
+    total_bytes: int  # summed size; an input of unknown size counts E31_PRESTAGE_UNKNOWN_INPUT_BYTES
+
+
 class PositionChange(NamedTuple):
     """A queued job's new place, estimated start and reason, to store and push."""
 
@@ -77,6 +84,14 @@ class JobQueue(Protocol):
 
     def prestage(self, reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
         """Make the pre-stage plan ``[(job_id, [node_id by rank])]``; the ids of nodes with new work."""
+        ...
+
+    def inputs(self) -> dict[int, JobInputs]:
+        """The inputs of every queued job that declares any, by job id."""
+        ...
+
+    def staging_rates(self) -> dict[int, float]:
+        """Each node's last measured input download rate, bytes per second (nodes with none left out)."""
         ...
 
     def write_positions(self, changed: Sequence[PositionChange]) -> None:

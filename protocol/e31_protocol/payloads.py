@@ -81,6 +81,9 @@ class Health(TypedDict):
 class HeartbeatRequest(TypedDict):
     running: list[AttemptRef]
     health: NotRequired[Health]
+    # input identities the node's cache holds, most recently used first, at most 1000: ``sha256-<hex>``
+    # of an entry whose checksum is known, and the source (``upload:<id>``, a URL) it was fetched from
+    cached_inputs: NotRequired[list[str]]
 
 
 class HeartbeatResponse(TypedDict):

@@ -136,6 +136,7 @@ def test_a_job_goes_from_accept_to_finished(node):
         {"job_id": 12, "attempt": 1} in hb["running"] for hb in list(server.state.heartbeats)
     )
     assert all(hb["health"]["source"] == "simulated" for hb in list(server.state.heartbeats))
+    assert isinstance(server.state.heartbeats[0]["cached_inputs"], list)  # issue 14 item 5: the first beat has it
     assert server.state.wait_for(lambda: not (workdir / "jobs" / "12").exists())
 
 

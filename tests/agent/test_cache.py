@@ -147,3 +147,26 @@ def test_the_cli_takes_the_cache_cap_and_file_roots(tmp_path):
     assert args.cache_max_bytes == 1000 and args.allow_file_root == [tmp_path / "data"]
     with pytest.raises(SystemExit):
         parse_args(["--server", "http://s", "--token", "t", "--allow-file-root", str(tmp_path / "nope")])
+
+
+def test_it_names_what_it_holds_for_the_server_most_recent_first(tmp_path):
+    """Issue 14 item 5: the identities sent with each heartbeat (checksum and source)."""
+    cache = InputCache(tmp_path / "cache", max_bytes=10_000)
+    cache.add("sha256-" + "ab" * 32, _file(tmp_path, "a", 10), name="a", sha256="AB" * 32, source="https://h/a")
+    time.sleep(0.01)
+    cache.add("upload-1", _file(tmp_path, "b", 10), name="b", sha256=None, source="upload:7")
+    assert cache.identities() == ["upload:7", "sha256-" + "ab" * 32, "https://h/a"]
+    assert cache.identities(limit=1) == ["upload:7"]
+    again = InputCache(tmp_path / "cache", max_bytes=10_000)  # the source survives a restart
+    assert set(again.identities()) == {"upload:7", "sha256-" + "ab" * 32, "https://h/a"}
+
+
+def test_an_index_of_an_older_agent_without_sources_still_loads(tmp_path):
+    cache = InputCache(tmp_path / "cache", max_bytes=10_000)
+    cache.add("k", _file(tmp_path, "a", 10), name="a", sha256=None, source="upload:7")
+    index = tmp_path / "cache" / "index.json"
+    raw = json.loads(index.read_text())
+    del raw["entries"]["k"]["source"]
+    index.write_text(json.dumps(raw))
+    older = InputCache(tmp_path / "cache", max_bytes=10_000)
+    assert "k" in older and older.identities() == []

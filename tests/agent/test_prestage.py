@@ -61,6 +61,7 @@ def test_it_fills_the_cache_and_reports_done(tmp_path):
     assert done == {"job_id": 7, "state": "done", "bytes_done": 3000, "bytes_total": 3000}
     assert inputs.cache.total_bytes == 3000
     assert not any((workdir.jobs).iterdir())  # nothing in a job dir: no job there yet
+    assert (src / "a.bin").as_uri() in inputs.cache.identities()  # what the heartbeat tells the server
 
 
 def test_a_failed_input_is_reported_with_its_reason(tmp_path):

@@ -16,6 +16,7 @@ from e31_protocol import (
 from rest_framework import serializers
 
 from apps.agent_api.api.bounds import BIGINT_MAX, INT_MAX
+from apps.scheduling.node_cache import REPORT_MAX
 
 
 class GpuInSerializer(serializers.Serializer):
@@ -70,6 +71,10 @@ class HealthSerializer(serializers.Serializer):
 class HeartbeatSerializer(serializers.Serializer):
     running = AttemptRefSerializer(many=True, required=False, default=list)
     health = HealthSerializer(required=False)
+    # issue 14 item 5: input identities the node's cache holds, most recently used first (optional:
+    # older agents send none, and their nodes just get no cache-affinity preference)
+    cached_inputs = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=REPORT_MAX,
+                                          required=False)
 
 
 EXIT_REASONS = [r.value for r in ExitReason]

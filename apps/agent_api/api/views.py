@@ -58,6 +58,7 @@ from apps.metering.services import fences_confirm, leases_seen
 from apps.pool.models import Node
 from apps.pool.notify import node_group
 from apps.pool.services import node_for_token, node_heartbeat, node_register
+from apps.scheduling.node_cache import node_cache_report
 
 AGENT_TAG = "agent"
 STALE = {"detail": "stale attempt", "code": ErrorCode.STALE_ATTEMPT.value}  # 409: match the code, not the words
@@ -114,6 +115,8 @@ class HeartbeatView(AgentView):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
+        if "cached_inputs" in ser.validated_data:  # issue 14 item 5; older agents send none
+            node_cache_report(node_id=self.node.pk, inputs=ser.validated_data["cached_inputs"])
         stops: list[dict[str, int]] = []
         if "running" in request.data:
             leases_seen(node=self.node, running=ser.validated_data["running"], now=timezone.now())

@@ -250,18 +250,23 @@ class _Cycle:
     # --- estimates and reasons ------------------------------------------------
 
     def finish(self, *, monotone: bool, shares: dict[str, float]) -> None:
-        """Estimate every waiting job (reserved ones: their reservation) and write its reason.
+        """Estimate every waiting job (reserved ones: their reservation) and write its reason; its
+        planned nodes (``Pending.nodes``: the reservation's, else the estimate walk's) are where
+        pre-staging sends its inputs (issue 14 item 5).
 
         ``monotone``: no job may start before one ahead of it (``fifo``).
         """
         walk = None
         bounds = EstimateWalk(self.pool, limits=True) if self.waiting else None
         not_before = not_latest = self.now
+        reserved_on = {r.job_id: tuple(n for n, _ in r.nodes) for r in self.decision.reservations}
         for position, (job, why, reserved) in enumerate(self.waiting, 1):
             start = reserved
+            nodes = reserved_on.get(job.job_id, ())
             if start is None:
                 walk = walk or EstimateWalk(self.pool)
                 start = walk.place(job, self.planned(job), not_before)
+                nodes = walk.last_nodes
             latest = bounds.place(job, float(job.time_limit_s), not_latest)
             if latest is not None:
                 not_latest = latest  # the bound never puts a job before one ahead of it
@@ -271,7 +276,8 @@ class _Cycle:
                     not_before = start
                 latest = None if latest is None else max(latest, start)
             reason = self.reason(job, position, why, start, reserved, shares)
-            self.decision.pending.append(Pending(job.job_id, position, start, reason, latest))
+            self.decision.pending.append(Pending(job.job_id, position, start, reason, latest,
+                                                 nodes if start is not None else ()))
 
     def reason(self, job: JobRequest, position: int, why: str, start: float | None,
                reserved: float | None, shares: dict[str, float]) -> str:

@@ -42,6 +42,7 @@ class EstimateWalk:
         self.version = [0] * len(pool.units)
         self.heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {}
         self.built: dict[int, list[int]] = {}  # group -> the k values whose heaps exist
+        self.last_nodes: tuple[int, ...] = ()  # node ids of the last job placed (rank order); () if none
 
     def _heap(self, group: int, k: int) -> list[tuple[float, int, int]]:
         heap = self.heaps.get((group, k))
@@ -54,8 +55,9 @@ class EstimateWalk:
 
     def place(self, job: JobRequest, duration: float, not_before: float) -> float | None:
         """Plan ``job`` at its earliest start (>= ``not_before``) and return it; None if no
-        set of up nodes can ever hold it."""
+        set of up nodes can ever hold it. Its nodes are then in :attr:`last_nodes`."""
         pool = self.pool
+        self.last_nodes = ()
         k, m = job.gpus_per_node, job.nodes
         elig = pool.eligibility(job)
         if elig.nodes < m:
@@ -94,6 +96,7 @@ class EstimateWalk:
         """Give ``k`` GPUs of each chosen unit from their common start; returns the start."""
         pool = self.pool
         start = max(not_before, max(self.avail[u][k - 1] for u in chosen))
+        self.last_nodes = tuple(pool.units[u].node.node_id for u in chosen)
         end = start + duration
         for u in chosen:
             self.avail[u] = sorted(self.avail[u][k:] + [end] * k)

@@ -50,3 +50,19 @@ def describe_request(job: JobRequest) -> str:
         what += f" of {mib_to_gb(job.gpu_memory_mib):g} GB or more"
     where = "on one node" if job.nodes == 1 else f"on each of {job.nodes} nodes"
     return f"{what} {where}"
+
+
+def input_identity(source: str, sha256: str | None = None) -> str:
+    """What names one input for cache affinity, on the server and in the agent's cache report:
+    ``sha256-<hex>`` (lower case) when the spec gives a checksum, else the source as written
+    (``upload:12``, ``https://...``). The agent reports both for an entry when it knows both."""
+    return f"sha256-{sha256.lower()}" if sha256 else source
+
+
+def cache_affinity(job: JobRequest, node: NodeView) -> int:
+    """How many of ``job``'s inputs ``node``'s cache already holds (0 when the job has none or the
+    node reported nothing). A tie-break only: among equally good placements the core prefers the
+    node with the higher count, so a job starts where its data already is (issue 14 item 5)."""
+    if not job.inputs or not node.cached:
+        return 0
+    return sum(1 for key in set(job.inputs) if key in node.cached)

@@ -118,6 +118,10 @@ class Pool:
             self.buckets[free].add(idx)
         self.free_total = free_total
         self.multi_unit_nodes = multi
+        self.holders: dict[str, list[int]] = defaultdict(list)  # input identity -> units whose node's cache holds it
+        for unit in units:
+            for key in unit.node.cached:
+                self.holders[key].append(unit.idx)
         self._profiles: dict[int, Profile] = {}
         self._lprofiles: dict[int, Profile] = {}
         self._eligibility: dict[tuple, Eligibility] = {}
@@ -160,7 +164,8 @@ class Pool:
         Best fit: the units with the fewest free GPUs left over, which keeps
         whole nodes free for big jobs; ties to units in ``prefer`` (the
         reserved ones: a job that ends before a reservation starts leaves
-        the unreserved GPUs to longer jobs), then to smaller nodes, then by name.
+        the unreserved GPUs to longer jobs), then to nodes whose cache holds more of the job's
+        inputs (:meth:`affinity`), then to smaller nodes, then by name.
         ``allowed(unit)`` may refuse a unit (it would delay a reservation).
         Why: ``""`` (found), ``"gpus"`` (not enough GPUs free now),
         ``"resources"`` (GPUs free but not the CPUs or memory),
@@ -175,12 +180,18 @@ class Pool:
         chosen: list[int] = []
         nodes_used: set[int] = set()
         why = "gpus"
+        affine = self.affinity(job)
         for c in range(k, self.max_size + 1):
             bucket = self.buckets[c]
             if not bucket:
                 continue
             candidates = bucket if elig.units is None else bucket & elig.units
-            for u in sorted(candidates) if not prefer else sorted(candidates, key=lambda u: (u not in prefer, u)):
+            if affine:
+                prefer = prefer or set()
+                order = sorted(candidates, key=lambda u: (u not in prefer, -affine.get(u, 0), u))
+            else:
+                order = sorted(candidates) if not prefer else sorted(candidates, key=lambda u: (u not in prefer, u))
+            for u in order:
                 unit = self.units[u]
                 node_id = unit.node.node_id
                 if node_id in nodes_used:
@@ -196,6 +207,19 @@ class Pool:
                 if len(chosen) == m:
                     return chosen, ""
         return None, why
+
+    def affinity(self, job: JobRequest) -> dict[int, int]:
+        """``{unit idx: inputs of job its node's cache holds}`` for the units holding any (empty when
+        the job has no inputs or no node reported a cache): the cache-affinity tie-break of
+        :meth:`fit_now` and :meth:`_pick`, after best fit, never before it; the count of
+        :func:`~.matching.cache_affinity`, from an index built once per cycle."""
+        if not job.inputs or not self.holders:
+            return {}
+        out: dict[int, int] = {}
+        for key in set(job.inputs):
+            for u in self.holders.get(key, ()):
+                out[u] = out.get(u, 0) + 1
+        return out
 
     def take_now(self, job: JobRequest, units: list[int], duration: float,
                  limit: float | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -275,7 +299,7 @@ class Pool:
                     best_units.append(unit)
             if best == INF:
                 return None, []
-            return best, self._pick(best_units, best, duration, k, 1, limits)
+            return best, self._pick(best_units, best, duration, k, 1, limits, self.affinity(job))
         spans = [(unit, windows_of(unit, k, duration, limits)) for unit in units]
         by_node: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for unit, windows in spans:
@@ -291,7 +315,7 @@ class Pool:
             count += 1 if kind == 0 else -1
             if kind == 0 and count >= m:
                 inside = [unit for unit, windows in spans if any(a <= t <= b for a, b in windows)]
-                return t, self._pick(inside, t, duration, k, m, limits)
+                return t, self._pick(inside, t, duration, k, m, limits, self.affinity(job))
         return None, []
 
     def _untouched(self, unit: Unit, limits: bool) -> list[float] | None:
@@ -314,21 +338,25 @@ class Pool:
         return [(ends[need - 1], INF)]
 
     def _pick(self, units: list[Unit], start: float, duration: float, k: int, m: int,
-              limits: bool = False) -> list[int]:
+              limits: bool = False, affine: dict[int, int] | None = None) -> list[int]:
         """Of units that can hold a rank from ``start``, the ``m`` that fit best, on distinct nodes.
 
         Best fit at ``start``; ties to the units with the fewest GPUs free
-        now, so the GPUs free now stay free for backfill (EASY's "extra").
+        now, so the GPUs free now stay free for backfill (EASY's "extra"); then to the units whose
+        node's cache holds more of the job's inputs (``affine``, see :meth:`affinity`).
         """
         ranked = []
+        affine = affine or {}
         for unit in units:
             ends = self._untouched(unit, limits)
             if ends is not None:  # free count only rises: lowest at start, free[0] = free0
-                ranked.append((unit.free0 + bisect_right(ends, start) - k, unit.free0, unit.idx, unit))
+                ranked.append((unit.free0 + bisect_right(ends, start) - k, unit.free0, -affine.get(unit.idx, 0),
+                               unit.idx, unit))
                 continue
             prof = self.profile(unit, limits)
-            ranked.append((prof.min_free(start, start + duration) - k, prof.free[0], unit.idx, unit))
-        ranked.sort(key=lambda r: r[:3])
+            ranked.append((prof.min_free(start, start + duration) - k, prof.free[0], -affine.get(unit.idx, 0),
+                           unit.idx, unit))
+        ranked.sort(key=lambda r: r[:4])
         chosen, nodes = [], set()
         for *_key, unit in ranked:
             if unit.node.node_id not in nodes:

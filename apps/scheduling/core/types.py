@@ -25,6 +25,8 @@ class JobRequest:
     needs_runtime: bool = False
     priority_boost: int = 0
     predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
+    inputs: tuple[str, ...] = ()  # identities of its inputs (see matching.input_identity), for cache affinity
+    input_bytes: int = 0  # summed size of its inputs, bytes (for the pre-stage horizon)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class NodeView:
     cpus_total: int = 0
     memory_total_mib: int = 0
     runtimes: tuple[str, ...] = ()
+    cached: frozenset[str] = frozenset()  # input identities its cache holds (agents report them); cache affinity
+    staging_rate_bps: float | None = None  # measured input download rate, bytes/s; None: not known
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Pending:
     estimated_start: float | None
     reason: str
     latest_start: float | None = None  # "no later than": the start in the plan by time limits (see core)
+    nodes: tuple[int, ...] = ()  # node ids the plan expects it to start on (rank order); () if none
 
 
 @dataclass(frozen=True)

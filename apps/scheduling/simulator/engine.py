@@ -35,6 +35,7 @@ import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from apps.scheduling.core import (
     GpuSlot,
@@ -53,6 +54,18 @@ from .metrics import JobOutcome
 from .swf import TraceJob
 
 GPU_MODEL = "SIM-GPU"
+
+
+class StagingHooks(Protocol):
+    """What the replay asks of a data model (:class:`.staging.StagingModel`)."""
+
+    def requests(self, requests: list[JobRequest]) -> list[JobRequest]: ...
+    def attach(self, views: list[NodeView]) -> None: ...
+    def before_cycle(self, now: float) -> None: ...
+    def on_start(self, request: JobRequest, nodes: Sequence, now: float) -> float: ...
+    def after_cycle(self, decision: Any, pending: Mapping[int, JobRequest], views: list[NodeView],
+                    now: float) -> None: ...
+
 GPU_MEMORY_MIB = 81920
 
 
@@ -90,11 +103,14 @@ def _accepts_usage(fn: Callable) -> bool:
 def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: str | PolicyConfig = "e31", *,
                 until: float | None = None, predict: bool = True, usage: Mapping[str, float] | None = None,
                 schedule_fn: Callable | None = None,
-                progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+                progress: Callable[[int, int], None] | None = None,
+                staging: StagingHooks | None = None) -> ReplayResult:
     """Run ``jobs`` on ``nodes`` (all their GPUs free at the start; CPUs and memory as given) under ``policy``.
 
     ``until``: stop before the first event later than this (epoch s). ``predict``: False gives
     no job a prediction. ``usage``: GPU-seconds already charged per account at the first arrival.
+    ``staging``: the data model (:class:`.staging.StagingModel`): a start's staging seconds hold the GPUs
+    (billed, not in the run-time history), and it sees each cycle before and after (issue 14 item 5).
     Stops when everything has run, when nothing can happen any more, or at ``until``.
 
     Raises:
@@ -139,6 +155,9 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
     result = ReplayResult()
     started, ended, first, latest_min = result.started, result.ended, result.first_estimate, result.latest_min
     cycle_s = result.cycle_s
+    staged: dict[int, float] = {}  # running job -> its staging seconds
+    if staging is not None:
+        staging.attach(views)
 
     def set_slots(gids: list[int], free_at: float, expected: float | None, since: float | None) -> None:
         for gid in gids:
@@ -163,7 +182,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
             ran = end - started[jid]
             ended[jid] = end
             account = by_id[jid].request.account
-            history[account] = remember_run(history.get(account, ()), ran)
+            history[account] = remember_run(history.get(account, ()), ran - staged.pop(jid, 0.0))
             dirty.add(account)
             ledger.add(account, len(gids) * ran, end)
 
@@ -185,8 +204,10 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         if len(placement_nodes) != req.nodes or len(gids) != req.nodes * req.gpus_per_node:
             raise RuntimeError(f"job {jid} asked {req.nodes} x {req.gpus_per_node} GPUs, got {placement_nodes}")
         held[jid] = gids
-        set_slots(gids, *held_until(now, req.time_limit_s, req.predicted_runtime_s, now))
-        heapq.heappush(running, (now + run_s(jid), jid))
+        extra = staged[jid] = staging.on_start(req, placement_nodes, now) if staging is not None else 0.0
+        set_slots(gids, *held_until(now, req.time_limit_s + extra,
+                                    None if req.predicted_runtime_s is None else req.predicted_runtime_s + extra, now))
+        heapq.heappush(running, (now + extra + run_s(jid), jid))
         started[jid] = now
         first.setdefault(jid, now)
 
@@ -213,6 +234,8 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         if not pending:
             continue
         kwargs = {"usage": ledger.snapshot(now)} if pass_usage else {}
+        if staging is not None:
+            staging.before_cycle(now)
         t = time.perf_counter()
         decision = schedule_fn(list(pending.values()), views, now, config, **kwargs)
         dt = time.perf_counter() - t
@@ -221,6 +244,8 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         result.cycles += 1
         for placement in decision.placements:
             start(placement.job_id, placement.nodes, now)
+        if staging is not None:
+            staging.after_cycle(decision, pending, views, now)
         if fresh:
             fresh_set = set(fresh)
             for pend in decision.pending:
@@ -267,7 +292,8 @@ def trace_request(tj: TraceJob) -> JobRequest:
 
 
 def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str | PolicyConfig = "fifo", *,
-           schedule_fn: Callable | None = None, progress: Callable[[int, int], None] | None = None) -> Replay:
+           schedule_fn: Callable | None = None, progress: Callable[[int, int], None] | None = None,
+           staging: StagingHooks | None = None) -> Replay:
     """Replay trace ``jobs`` (ids unique) on ``nodes`` nodes of ``gpus_per_node`` GPUs through
     :func:`replay_jobs`; one :class:`~.metrics.JobOutcome` per job.
 
@@ -280,8 +306,12 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
         if j.nodes > nodes or j.gpus_per_node > gpus_per_node:
             raise ValueError(f"job {j.job_id} needs {j.nodes} x {j.gpus_per_node} GPUs; "
                              f"the pool is {nodes} x {gpus_per_node}")
-    run = replay_jobs([ReplayJob(trace_request(j), j.run_s) for j in jobs], sim_nodes(nodes, gpus_per_node),
-                      policy, schedule_fn=schedule_fn, progress=progress)
+    requests = [trace_request(j) for j in jobs]
+    if staging is not None:
+        requests = staging.requests(requests)
+    run = replay_jobs([ReplayJob(r, j.run_s) for r, j in zip(requests, jobs, strict=True)],
+                      sim_nodes(nodes, gpus_per_node), policy, schedule_fn=schedule_fn, progress=progress,
+                      staging=staging)
     outcomes = []
     for j in jobs:
         out = JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s)

@@ -6,6 +6,7 @@ database. The policy's settings are the live site's: its defaults with any
 A progress bar goes to the terminal (stderr) when ``rich`` is
 installed and stderr is a terminal.
 """
+import dataclasses
 import json
 import sys
 
@@ -14,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.scheduling.adapter import policy_config
 from apps.scheduling.simulator import format_table, simulate_trace
+from apps.scheduling.simulator.staging import DataConfig, format_data_table, simulate_data
 
 try:
     from rich.progress import (
@@ -41,8 +43,16 @@ class Command(BaseCommand):
                             help="GPUs a node (default: MaxProcs / MaxNodes from the header, else 8)")
         parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
         parser.add_argument("--format", choices=("table", "json"), default="table")
+        parser.add_argument("--data", action="store_true",
+                            help="issue 14 item 5: attach generated input data sets to the jobs and replay four "
+                                 "times (pre-staging off/on x cache affinity off/on); print staging GPU-hours, "
+                                 "cache hit rate and utilisation (apps/scheduling/simulator/staging.py)")
+        parser.add_argument("--cache-gb", type=float, default=None, help="with --data: cache per node, GB (200)")
+        parser.add_argument("--rate-mb-s", type=float, default=None,
+                            help="with --data: staging rate per node, MB/s (125)")
 
-    def handle(self, *args, trace, policy, nodes, gpus_per_node, limit, format, **options):
+    def handle(self, *args, trace, policy, nodes, gpus_per_node, limit, format, data=False, cache_gb=None,
+               rate_mb_s=None, **options):
         for name, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node), ("--limit", limit)):
             if value is not None and value < 1:
                 raise CommandError(f"{name} must be at least 1")
@@ -54,6 +64,9 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         policy = config
+        if data:
+            self._data(trace, policy, nodes, gpus_per_node, limit, format, cache_gb, rate_mb_s)
+            return
         try:
             if bar is None:
                 result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit)
@@ -69,3 +82,18 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(result))
         else:
             self.stdout.write(format_table(result))
+
+    def _data(self, trace, policy, nodes, gpus_per_node, limit, format, cache_gb, rate_mb_s) -> None:
+        changes = {}
+        for name, value, scale, key in (("--cache-gb", cache_gb, 1e9, "cache_bytes"),
+                                        ("--rate-mb-s", rate_mb_s, 1e6, "rate_bps")):
+            if value is not None:
+                if value <= 0:
+                    raise CommandError(f"{name} must be more than 0")
+                changes[key] = int(value * scale) if key == "cache_bytes" else value * scale
+        try:
+            result = simulate_data(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit,
+                                   config=dataclasses.replace(DataConfig(), **changes))
+        except (OSError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(json.dumps(result) if format == "json" else format_data_table(result))
