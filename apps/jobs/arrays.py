@@ -31,12 +31,12 @@ from apps.artifacts.models import Upload
 from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 
 from . import signals
-from .limits import spend_limit_enforce
 from .models import Job, JobArray, JobEvent
 from .selectors import jobs_of
 from .services.cancel import job_cancel
 from .services.submit import after_submit, job_submit, spec_uploads_lock, spec_validate, unsaved_job
 from .spec import SpecError, compute_request
+from .spend import spend_limit_enforce
 from .state import transition_bulk
 
 

@@ -20,10 +20,6 @@ job_changed = Signal()
 #: Arguments: ``owner_id: int``, ``job_ids: list[int] | None`` (None: any queued job of theirs).
 jobs_changed = Signal()
 
-#: GPUs were taken or given back, or the queue got longer or shorter (the pool page).
-#: No arguments.
-pool_changed = Signal()
-
 #: A job was released (any outcome). Arguments: ``job_id: int``.
 job_released = Signal()
 

@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
+from apps.pool import signals as pool_signals
 from apps.scheduling.tasks import enqueue_schedule_cycle
 
 from . import signals
@@ -88,7 +89,7 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
         setattr(job, key, value)
     event_add(job, detail=detail, from_state=src, to_state=to, at=now)
     if JobState.QUEUED in (src, to) or to == JobState.RELEASED:
-        signals.pool_changed.send(sender=Job)  # GPUs taken or given back, or the queue length changed
+        pool_signals.pool_changed.send(sender=Job)  # GPUs taken or given back, or the queue length changed
     if to in (JobState.QUEUED, JobState.RELEASED):
         # A job joins the queue or GPUs come back: the plan may change (asked after commit).
         enqueue_schedule_cycle()
@@ -126,7 +127,7 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
     Job.objects.filter(pk__in=ids).update(event_seq=F("event_seq") + 1, **values)
     JobEvent.objects.bulk_create([JobEvent(job_id=pk, seq=seq + 1, at=now, from_state=src, to_state=to,
                                            detail=detail[:500]) for pk, seq in rows], batch_size=2000)
-    signals.pool_changed.send(sender=Job)
+    pool_signals.pool_changed.send(sender=Job)
     if to in (JobState.QUEUED, JobState.RELEASED):
         enqueue_schedule_cycle()  # one cycle for all of them
     return ids

@@ -5,7 +5,7 @@ from celery import shared_task
 
 from apps.pool.services import nodes_mark_lost
 
-from .services.limits import jobs_enforce_time_limits
+from .services.time_limits import jobs_enforce_time_limits
 
 
 @shared_task(ignore_result=True)

@@ -41,7 +41,6 @@ def connect() -> None:
     """Connect the receivers (``LiveConfig.ready``); idempotent (``dispatch_uid``)."""
     signals.job_changed.connect(on_job_changed, dispatch_uid="live.job_changed")
     signals.jobs_changed.connect(on_jobs_changed, dispatch_uid="live.jobs_changed")
-    signals.pool_changed.connect(on_pool_changed, dispatch_uid="live.pool_changed")
     signals.log_appended.connect(on_log_appended, dispatch_uid="live.log_appended")
     signals.queue_changed.connect(on_queue_changed, dispatch_uid="live.queue_changed")
     pool_signals.pool_changed.connect(on_pool_changed, dispatch_uid="live.pool.pool_changed")

@@ -12,7 +12,7 @@ time zone) is ``limit - spent - committed``:
 
 A job is refused when its worst case (time limit x GPUs x the highest rate
 of the models it accepts, from the typed :class:`~apps.core.types.ComputeRequest`)
-exceeds what is left. The check only runs at submit (:func:`apps.jobs.limits.spend_limit_enforce`):
+exceeds what is left. The check only runs at submit (:func:`apps.jobs.spend.spend_limit_enforce`):
 a running job is never stopped by it.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from apps.jobs.models import Job
-from apps.jobs.services.limits import jobs_enforce_time_limits
+from apps.jobs.services.time_limits import jobs_enforce_time_limits
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.services import node_token_issue
 from tests.e2e.test_faults import FAST, MARKER_VAR, job_processes, state_of, submit, wait_until

@@ -6,9 +6,9 @@ from apps.agent_api.reports import agent_report
 from apps.core.choices import JobState
 from apps.jobs.models import Job
 from apps.jobs.services.cancel import job_cancel
-from apps.jobs.services.limits import jobs_enforce_time_limits
 from apps.jobs.services.recovery import jobs_reconcile_heartbeat
 from apps.jobs.services.submit import job_submit
+from apps.jobs.services.time_limits import jobs_enforce_time_limits
 from apps.jobs.state import TransitionError, transition
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.models import Node

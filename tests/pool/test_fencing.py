@@ -5,8 +5,8 @@ stop or is declared down; ``meter_check`` sees a GPU given before the fence lift
 import pytest
 from rest_framework.test import APIClient
 
-from apps.jobs.services.limits import jobs_enforce_time_limits
 from apps.jobs.services.submit import job_submit
+from apps.jobs.services.time_limits import jobs_enforce_time_limits
 from apps.metering.checks import meter_violations
 from apps.metering.models import Lease, LeaseGpu
 from apps.pool.services import node_token_issue, nodes_mark_lost

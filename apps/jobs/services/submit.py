@@ -14,10 +14,11 @@ from django.utils import timezone
 from apps.artifacts.models import Upload
 from apps.core.choices import JobState
 from apps.jobs import signals
-from apps.jobs.limits import spend_limit_enforce
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.retention import uploads_lock
 from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
+from apps.jobs.spend import spend_limit_enforce
+from apps.pool import signals as pool_signals
 from apps.scheduling.adapter import job_request, pool_refusal
 from apps.scheduling.tasks import enqueue_schedule_cycle
 
@@ -131,5 +132,5 @@ def after_submit(owner_id: int, job_ids: list[int]) -> None:
     :mod:`apps.jobs.signals` (their receivers defer the sends to the commit).
     """
     signals.jobs_changed.send(sender=Job, owner_id=owner_id, job_ids=list(job_ids))
-    signals.pool_changed.send(sender=Job)
+    pool_signals.pool_changed.send(sender=Job)
     enqueue_schedule_cycle()
