@@ -25,18 +25,12 @@ from apps.pool.services import node_set_drain
 from apps.scheduling.adapter import schedule_cycle
 
 from .clock import FrozenClock
+from .factories import spec
 
 
 def spec_doc(**overrides: Any) -> dict:
-    """A valid spec document (SPEC §2); top-level parts replaced by ``overrides``."""
-    doc = {
-        "name": "web-job",
-        "work": {"command": "echo hello", "kind": "other"},
-        "compute": {"gpus": 1, "time_limit": "10m"},
-        "output": {"paths": ["out/**"]},
-    }
-    doc.update(overrides)
-    return doc
+    """:func:`tests.factories.spec` named ``web-job``; top-level parts replaced by ``overrides``."""
+    return spec(**{"name": "web-job", **overrides})
 
 
 def queued_job(owner, **overrides: Any) -> Job:
