@@ -271,7 +271,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
 }
-AGENT_ENUMS = (ReportType, ExitReason, FinishCode, ErrorCode, PrestageState, HealthSource)  # named as such in the API schema
+# named as such in the API schema
+AGENT_ENUMS = (ReportType, ExitReason, FinishCode, ErrorCode, PrestageState, HealthSource)
 SPECTACULAR_SETTINGS = {
     "TITLE": "E31 Network API",
     "DESCRIPTION": "Submit, rent, run, output, release: rent GPUs to jobs.",
