@@ -199,7 +199,7 @@ class LogResponse(TypedDict):
     size: int  # bytes of the log the server holds
 
 
-# -- samples: POST /api/v1/agent/jobs/<id>/samples/?attempt=A (optional; agent 0.3.1) ------
+# -- samples: POST /api/v1/agent/jobs/<id>/samples/?attempt=A (optional: usage charts) ---
 # An agent that never sends samples, or a server that answers 404 to this call, loses nothing
 # but the job's usage charts (docs/agent-protocol.md, "samples").
 
