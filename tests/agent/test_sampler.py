@@ -152,3 +152,47 @@ def test_the_agent_samples_a_running_job(tmp_path):
             agent.stop()
             thread.join(20)
         assert job_processes(workdir) == []
+
+
+class FakeNvml:
+    """Stands in for ``pynvml`` on a machine without GPUs: two devices by UUID, the second one's
+    utilisation unreadable (as NVML says "not supported" on some cards)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        self.inits = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        self.inits -= 1
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in (b"GPU-a", b"GPU-b"):
+            raise self.NVMLError("not found")
+        return uuid
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return {0: b"GPU-a", 1: b"GPU-b"}[index]
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if handle == b"GPU-b":
+            raise self.NVMLError("not supported")
+        return type("Util", (), {"gpu": 73, "memory": 10})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Mem", (), {"used": 3 * 2**30 if handle == b"GPU-a" else 2**20, "total": 80 * 2**30})()
+
+
+def test_nvml_figures_of_the_jobs_gpus(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = NvmlGpus([{"index": 3, "uuid": "GPU-a"}, {"index": 1, "uuid": ""}])  # no uuid: by index
+    assert gpus.ok and fake.inits == 1
+    assert gpus.read() == [{"index": 3, "gpu_util_percent": 73, "gpu_memory_bytes": 3 * 2**30},
+                           {"index": 1, "gpu_util_percent": None, "gpu_memory_bytes": 2**20}]
+    gpus.close()
+    assert fake.inits == 0 and gpus.read() == []
