@@ -1,7 +1,8 @@
 """Usage samples of a running job (protocol: "samples"): its process tree's CPU and memory and,
 on a node with real GPUs, each held GPU's utilisation and memory, for the job page's charts.
 
-Every ``interval_s`` (default :data:`INTERVAL_S`, ``--sample-interval``) while the command runs:
+Every ``interval_s`` (default :data:`INTERVAL_S`, ``--sample-interval``) while the command runs,
+the first one :data:`FIRST_S` after the start:
 
 - ``cpu_percent``: CPU seconds (user + system) the job's processes used since the last sample,
   over the wall seconds between them, times 100: percent of one CPU, as ``top`` counts it
@@ -42,6 +43,7 @@ from .models import JobRef
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 5.0  # seconds between samples
+FIRST_S = 1.0  # seconds from the start to the first sample (at most)
 PER_POST = 3  # samples per post: one post every 15 s at the default interval
 PENDING_MAX = 720  # samples kept through an outage (an hour at 5 s)
 # psutil's create_time is the boot time (whole seconds in /proc/stat) plus clock ticks: up to a
@@ -248,7 +250,8 @@ class UsageSampler:
             self.meter.measure()  # the CPU baseline
             taken = 0
             while not self.abort.is_set():
-                if self._stop.wait(self.interval_s):
+                # the first sample after FIRST_S at most, so a short run gets one too
+                if self._stop.wait(min(FIRST_S, self.interval_s) if taken == 0 else self.interval_s):
                     break
                 self.take()
                 taken += 1

@@ -196,3 +196,18 @@ def test_nvml_figures_of_the_jobs_gpus(monkeypatch):
                            {"index": 1, "gpu_util_percent": None, "gpu_memory_bytes": 2**20}]
     gpus.close()
     assert fake.inits == 0 and gpus.read() == []
+
+
+def test_a_short_run_gets_a_sample_at_the_default_interval(tmp_path):
+    with FakeServer() as server:
+        agent = Agent(AgentConfig(server=server.url, token=TOKEN, workdir=tmp_path / "w", simulate="1xH100-80GB",
+                                  shutdown_grace_s=1))
+        thread = threading.Thread(target=agent.run, daemon=True)
+        thread.start()
+        try:
+            offer(server, assignment(22, "sleep 2", gpus=[0]))
+            assert server.state.wait_for(lambda: "finished" in server.state.types(22), timeout_s=30)
+            assert len(server.state.samples[(22, 1)]) >= 1  # the first sample comes after 1 s, not 5
+        finally:
+            agent.stop()
+            thread.join(20)

@@ -14,8 +14,8 @@ from apps.jobs.services.samples import samples_series
 # The card's words when there is nothing to chart, by where the job is.
 EMPTY_WAITING = "No samples yet: the charts start when the job runs."
 EMPTY_RUNNING = "No samples yet: the first arrive within about 15 seconds of the start."
-EMPTY_ENDED = ("No usage was sampled for this run: it ran before sampling, or on a node whose agent "
-               "does not sample.")
+EMPTY_ENDED = ("No usage was sampled for this run: it ended within a second, ran before sampling, or "
+               "ran on a node whose agent does not sample.")
 SIMULATED_NOTE = "This node's GPUs are simulated: no GPU figures are shown, only CPU and memory."
 NO_NVML_NOTE = "GPU figures could not be read on this node (no NVML): only CPU and memory are shown."
 
