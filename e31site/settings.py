@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, PrestageState, ReportType
+from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, HealthSource, PrestageState, ReportType
 
 from .env import env_bool, env_float, env_int, env_list, env_str
 
@@ -282,7 +282,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
 }
-AGENT_ENUMS = (ReportType, ExitReason, FinishCode, ErrorCode, PrestageState)  # named as such in the API schema
+# named as such in the API schema
+AGENT_ENUMS = (ReportType, ExitReason, FinishCode, ErrorCode, PrestageState, HealthSource)
 SPECTACULAR_SETTINGS = {
     "TITLE": "E31 Network API",
     "DESCRIPTION": "Submit, rent, run, output, release: rent GPUs to jobs.",
@@ -349,6 +350,8 @@ E31_HEARTBEAT_S = env_int("E31_HEARTBEAT_S", 10)
 E31_NODE_LOSS_TIMEOUT_S = env_int("E31_NODE_LOSS_TIMEOUT_S", 30)
 E31_MAX_ATTEMPTS = env_int("E31_MAX_ATTEMPTS", 2)
 E31_LOG_MAX_BYTES = env_int("E31_LOG_MAX_BYTES", 10 * 1024 * 1024)
+# Usage samples kept per job attempt and node rank (charts); past it the older ones are thinned.
+E31_JOB_SAMPLES_MAX = env_int("E31_JOB_SAMPLES_MAX", 1000)
 E31_RETENTION_DAYS_DEFAULT = env_int("E31_RETENTION_DAYS_DEFAULT", 7)
 E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
 # The storage sweep (issue 15, apps.agent_api.retention): an upload no live job names is deleted

@@ -355,6 +355,7 @@ class Agent:
             "job_user": self.job_user,
             "cgroups": self.cgroups,
             "sandbox": self.sandbox,
+            "sample_interval_s": self.config.sample_interval_s,
         }
 
     def _cancel(self, refs: list[JobRef]) -> None:

@@ -152,6 +152,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="SECONDS",
         help="longest wait between retries of a call to the server (default 30)",
     )
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=float(os.environ.get("E31_AGENT_SAMPLE_INTERVAL_S", 5)),
+        metavar="SECONDS",
+        help="seconds between a running job's usage samples (CPU, memory, GPU) for its charts;"
+        " 0 takes none (default 5, or $E31_AGENT_SAMPLE_INTERVAL_S)",
+    )
     parser.add_argument("--version", action="version", version=f"e31-agent {__version__}")
     args = parser.parse_args(argv)
     if args.token_file:
@@ -225,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep_files=args.keep_files,
         job_user=args.job_user,
         retry_max_s=max(0.5, args.retry_max),
+        sample_interval_s=0.0 if args.sample_interval <= 0 else max(0.5, args.sample_interval),
         cache_max_bytes=args.cache_max_bytes,
         file_roots=tuple(args.allow_file_root),
         unsafe_no_sandbox=args.unsafe_no_sandbox,

@@ -87,6 +87,7 @@ class AgentConfig:
     job_user: str | None = None  # run commands as this user (only when the agent runs as root)
     job_nofile: int = 65536  # RLIMIT_NOFILE of every job
     retry_max_s: float = 30.0  # longest backoff between retries of a call (protocol: 30 s)
+    sample_interval_s: float = 5.0  # seconds between a running job's usage samples (charts); 0: none
     unsafe_no_sandbox: bool = False  # jobs without the tenant sandbox (e31_agent.sandbox); the server marks the node
     slot_uids: tuple[int, int] = (2310000, 2319999)  # slot users' uids (agent as root), inclusive
     # networks no job may reach (besides this host's addresses): sandbox.DEFAULT_DENY, metadata and private

@@ -211,3 +211,36 @@ class LogChunk(models.Model):
 
     def __str__(self) -> str:
         return f"log of job {self.job_id}.{self.attempt} at {self.offset}"
+
+
+class JobSample(models.Model):
+    """One usage sample of a running attempt on node rank ``node_rank``, as its agent measured it
+    (docs/agent-protocol.md, "samples"): for the job's usage charts, never for billing.
+
+    ``cpu_percent`` is percent of one CPU (top's way: 250 = 2.5 CPUs busy), ``rss_bytes`` the
+    resident memory of the job's process tree, ``gpus`` ``[{"index", "gpu_util_percent",
+    "gpu_memory_bytes"}]`` from NVML (empty unless ``gpu_source`` is ``nvml``: a simulated node
+    sends no GPU figures). ``at`` is on the server's clock (arrival minus the sample's age).
+    ``seq`` is the agent's number for it (increasing; a resent sample is skipped). At most
+    ``E31_JOB_SAMPLES_MAX`` are kept per attempt and rank (older ones thinned:
+    :func:`apps.jobs.services.samples.samples_store`).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="samples")
+    attempt = models.PositiveIntegerField()
+    node_rank = models.PositiveIntegerField(default=0)
+    seq = models.BigIntegerField()
+    at = models.DateTimeField()
+    cpu_percent = models.FloatField()
+    rss_bytes = models.BigIntegerField()
+    gpu_source = models.CharField(max_length=16, default="none")
+    gpus = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "node_rank", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "node_rank", "seq"], name="job_sample_seq_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"sample {self.seq} of job {self.job_id}.{self.attempt} rank {self.node_rank}"

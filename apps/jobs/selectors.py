@@ -121,3 +121,18 @@ def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int |
             continue
         out += data[max(0, offset - chunk.offset):]
     return bytes(out[:limit])
+
+
+def job_visible_or_404(user, pk: int) -> Job:
+    """Job ``pk`` for ``user`` to read: their own, or any job for staff (operators reading a
+    tenant's usage charts).
+
+    Raises:
+        Http404: no such job, or someone else's and ``user`` is not staff (answered as if it did
+            not exist).
+    """
+    if getattr(user, "is_authenticated", False) and user.is_staff:
+        job = Job.objects.filter(pk=pk).first()
+        if job is not None:
+            return job
+    return job_own_or_404(user, pk)

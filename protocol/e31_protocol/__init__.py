@@ -33,6 +33,7 @@ REPORTS_PER_BATCH_MAX = 100  # reports in one ``POST reports/``
 LOG_CHUNK_MAX_BYTES = 1024 * 1024  # bytes in one ``POST jobs/<id>/log/``
 HAVE_MAX = 1000  # attempts in ``GET work/?have=``
 WORK_WAIT_MAX_S = 30  # the longest ``?wait=`` of ``GET work/``
+SAMPLES_PER_POST_MAX = 500  # usage samples in one ``POST jobs/<id>/samples/``
 
 __all__ = [
     "API_PREFIX",
@@ -44,6 +45,7 @@ __all__ = [
     "MESSAGE_MAX",
     "PROTOCOL_VERSION",
     "REPORTS_PER_BATCH_MAX",
+    "SAMPLES_PER_POST_MAX",
     "WORK_WAIT_MAX_S",
     "AgentPhase",
     "ErrorCode",

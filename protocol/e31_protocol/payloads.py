@@ -202,6 +202,38 @@ class LogResponse(TypedDict):
     size: int  # bytes of the log the server holds
 
 
+# -- samples: POST /api/v1/agent/jobs/<id>/samples/?attempt=A (optional: usage charts) ---
+# An agent that never sends samples, or a server that answers 404 to this call, loses nothing
+# but the job's usage charts (docs/agent-protocol.md, "samples").
+
+
+class GpuSample(TypedDict):
+    """One GPU held by the job, read from NVML (None: NVML could not say)."""
+
+    index: int  # the node's GPU index, as in the assignment
+    gpu_util_percent: int | None  # percent of NVML's last sample period the GPU was busy
+    gpu_memory_bytes: int | None  # device memory in use, bytes
+
+
+class Sample(TypedDict):
+    """The job's usage at one moment."""
+
+    seq: int  # increasing per attempt (ms since the accept on the agent's clock): a resent sample is skipped
+    ago_s: float  # seconds before this post it was taken: the server's clock places it
+    cpu_percent: float  # CPU of the job's process tree, percent of one CPU (top's way: 250 = 2.5 CPUs)
+    rss_bytes: int  # resident memory of the job's process tree, bytes
+    gpus: NotRequired[list[GpuSample]]  # only when gpu_source is "nvml"
+
+
+class SamplesRequest(TypedDict):
+    gpu_source: HealthSource  # nvml: real figures; simulated / none: no GPU series
+    samples: list[Sample]
+
+
+class SamplesResponse(TypedDict):
+    stored: int  # samples of this post newly stored (a repeat stores none)
+
+
 # -- bundles: GET/PUT /api/v1/agent/jobs/<id>/bundle/, POST .../bundle/complete/ ----------
 
 

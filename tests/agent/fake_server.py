@@ -54,6 +54,9 @@ class State:
     work_have: list[set[tuple[int, int]]] = field(default_factory=list)  # each poll's ?have=
     sticky_assignments: bool = False  # True: reports do not take assignments off the work answer
     protocol: int = 3  # 2: answers carry no ``code`` (a protocol v2 server: the agent reads the words)
+    samples: dict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    sample_posts: list[dict[str, Any]] = field(default_factory=list)  # each POST jobs/<id>/samples/ body
+    samples_call: bool = True  # False: a server from before usage charts (samples/ answers 404)
     lock: threading.Condition = field(default_factory=threading.Condition)
 
     def types(self, job_id: int) -> list[str]:
@@ -255,6 +258,14 @@ class Handler(BaseHTTPRequestHandler):
                 room = st.log_cap - len(stored)
                 stored += new[: max(0, room)]
                 return self._answer(200, {"size": len(stored)})
+        if rest == ["samples"] and st.samples_call:
+            posted = json.loads(body)
+            with st.lock:
+                st.sample_posts.append(posted)
+                have = {s["seq"] for s in st.samples[key]}
+                new = [s for s in posted["samples"] if s["seq"] not in have]
+                st.samples[key].extend(new)
+                return self._answer(200, {"stored": len(new)})
         if rest == ["bundle"] and method == "GET":
             with st.lock:
                 return self._answer(200, {"received_bytes": len(st.bundles[key])})

@@ -20,6 +20,8 @@ from ..models import Assignment
 from ..paths import remove_tree
 from ..reports import Reporter
 from ..runner import DROPPED, JobProcess, RunResult, supervise
+from ..sampler import INTERVAL_S as SAMPLE_INTERVAL_S
+from ..sampler import UsageSampler
 from ..sandbox import Sandbox
 from ..state import RunState
 from .base import Dropped
@@ -56,6 +58,7 @@ class JobRun:
         job_user: tuple[int, int] | None = None,
         cgroups: JobCgroups | None = None,
         sandbox: Sandbox | None = None,
+        sample_interval_s: float = SAMPLE_INTERVAL_S,
     ) -> None:
         self.assignment = assignment
         self.ref = assignment.ref
@@ -90,6 +93,8 @@ class JobRun:
             client, self.ref, abort=self.abort, on_stale=self.drop, spool_path=self.state.reports_path
         )
         self.shipper: LogShipper | None = None
+        self.sample_interval_s = sample_interval_s  # seconds between usage samples; 0: none taken
+        self.sampler: UsageSampler | None = None
         self._thread = threading.Thread(
             target=self._main, name=f"job-{self.ref.job_id}-{self.ref.attempt}", daemon=True
         )
@@ -165,6 +170,8 @@ class JobRun:
             log.exception("%s: agent error", self.ref)
             report_agent_error(self)
         finally:
+            if self.sampler is not None:
+                self.sampler.finish(timeout_s=1.0)
             if self.process is not None:
                 self.process.stop(min(self.assignment.grace_s, self.shutdown_grace_s))
             self.reporter.close()
@@ -247,12 +254,27 @@ class JobRun:
         )
         self.shipper.start()
 
+    def _start_sampler(self) -> None:
+        """Usage samples of the running command for the job page's charts (:mod:`e31_agent.sampler`)."""
+        a = self.assignment
+        if self.sample_interval_s <= 0 or self.process is None:
+            return
+        self.sampler = UsageSampler(
+            self.client, self.ref, self.process.processes,
+            gpus=[{"index": i, "uuid": u} for i, u in
+                  zip(a.gpu_indices, a.gpu_uuids or [""] * len(a.gpu_indices), strict=False)],
+            real_gpus=self.real_gpus, abort=self.abort, interval_s=self.sample_interval_s,
+            elapsed_s=self.state.elapsed_s,
+        )
+        self.sampler.start()
+
     def _supervise(self) -> None:
         """Watch the started command to its end, then exited, logs, bundle, finished."""
         a = self.assignment
         assert self.process is not None
         self.phase = AgentPhase.RUNNING
         self._start_shipper()
+        self._start_sampler()
         grace = a.grace_s
         result = supervise(
             self.process,
@@ -261,6 +283,8 @@ class JobRun:
             drop=self.drop_event,
             grace_s=grace,
         )
+        if self.sampler is not None:
+            self.sampler.finish()
         if result.reason == DROPPED or self.drop_event.is_set():
             self.process.stop(min(grace, self.shutdown_grace_s) if self.stopping else 0)
             raise Dropped()

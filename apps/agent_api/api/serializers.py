@@ -6,6 +6,7 @@ from __future__ import annotations
 from e31_protocol import (
     MESSAGE_MAX,
     REPORTS_PER_BATCH_MAX,
+    SAMPLES_PER_POST_MAX,
     ErrorCode,
     ExitReason,
     FinishCode,
@@ -274,3 +275,39 @@ class BundleChunkAnswerSerializer(serializers.Serializer):
 class BundleCompleteAnswerSerializer(serializers.Serializer):
     size_bytes = serializers.IntegerField()
     sha256 = serializers.CharField()
+
+
+class GpuSampleSerializer(serializers.Serializer):
+    """One GPU of a usage sample, from NVML (None: NVML could not say)."""
+
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    gpu_util_percent = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
+    gpu_memory_bytes = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, allow_null=True)
+
+
+SAMPLE_AGE_MAX_S = 7 * 24 * 3600  # seconds; an agent keeps an hour of samples through an outage
+
+
+class SampleSerializer(serializers.Serializer):
+    """The job's usage at one moment (docs/agent-protocol.md, "samples")."""
+
+    seq = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX)
+    ago_s = serializers.FloatField(min_value=0, max_value=SAMPLE_AGE_MAX_S)
+    cpu_percent = serializers.FloatField(min_value=0, max_value=100.0 * 100_000)  # percent of one CPU
+    rss_bytes = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX)
+    gpus = GpuSampleSerializer(many=True, required=False, default=list, max_length=1024)
+
+    def validate(self, attrs: dict) -> dict:
+        for name in ("ago_s", "cpu_percent"):
+            if attrs[name] != attrs[name]:  # NaN passes min/max checks
+                raise serializers.ValidationError({name: ["Must be a number."]})
+        return attrs
+
+
+class SamplesSerializer(serializers.Serializer):
+    gpu_source = serializers.ChoiceField(choices=[s.value for s in HealthSource])
+    samples = SampleSerializer(many=True, min_length=1, max_length=SAMPLES_PER_POST_MAX)
+
+
+class SamplesAnswerSerializer(serializers.Serializer):
+    stored = serializers.IntegerField(help_text="Samples of this post newly stored (a repeat stores none).")

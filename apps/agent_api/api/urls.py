@@ -16,6 +16,7 @@ urlpatterns = [
     path("agent/jobs/<id:job_id>/report/", views.ReportView.as_view(), name="agent-report"),
     path("agent/reports/", views.ReportBatchView.as_view(), name="agent-reports"),
     path("agent/jobs/<id:job_id>/log/", views.LogView.as_view(), name="agent-log"),
+    path("agent/jobs/<id:job_id>/samples/", views.SamplesView.as_view(), name="agent-samples"),
     path("agent/jobs/<id:job_id>/bundle/", views.BundleView.as_view(), name="agent-bundle"),
     path("agent/jobs/<id:job_id>/bundle/complete/", views.BundleCompleteView.as_view(),
          name="agent-bundle-complete"),

@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.agent_api.api.auth import IsNode, NodeTokenAuthentication, token_from_header
+from apps.agent_api.api.bounds import INT_MAX
 from apps.agent_api.api.serializers import (
     BatchReportSerializer,
     BundleChunkAnswerSerializer,
@@ -43,9 +44,12 @@ from apps.agent_api.api.serializers import (
     ReportBatchRequestSerializer,
     ReportBatchSerializer,
     ReportSerializer,
+    SamplesAnswerSerializer,
+    SamplesSerializer,
     WorkAnswerSerializer,
 )
 from apps.agent_api.reports import StaleAttempt, agent_log_append, agent_report, agent_reports_apply
+from apps.agent_api.samples import agent_samples_store
 from apps.agent_api.selectors import ended_attempts, node_may_fetch_upload, running_on, work_with_gang_stops
 from apps.artifacts.http import serve_file
 from apps.artifacts.models import Bundle, Upload
@@ -195,6 +199,31 @@ class LogView(AgentView):
         except ValueError as exc:
             return Response({"detail": str(exc), "code": ErrorCode.LOG_REFUSED.value}, status=409)
         return Response({"size": size})
+
+
+class SamplesView(AgentView):
+    @agent_schema("Usage samples of the job's run (CPU, memory, GPU) for its charts",
+                  description="Optional: an agent that sends none loses only the charts.",
+                  request=SamplesSerializer, parameters=[ATTEMPT],
+                  responses={200: SamplesAnswerSerializer, 400: FIELD_ERRORS, **_ERRORS})
+    def post(self, request, job_id: int):
+        try:
+            attempt = int(request.query_params["attempt"])
+        except (KeyError, ValueError):
+            attempt = 0
+        if not 1 <= attempt <= INT_MAX:
+            return Response({"attempt": ["Must be a whole number from 1."]}, status=400)
+        ser = SamplesSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        try:
+            stored = agent_samples_store(node=self.node, job_id=job_id, attempt=attempt,
+                                         gpu_source=ser.validated_data["gpu_source"],
+                                         samples=ser.validated_data["samples"])
+        except Job.DoesNotExist:
+            raise Http404 from None
+        except StaleAttempt:
+            return Response(STALE, status=409)
+        return Response({"stored": stored})
 
 
 def _chunk_refused(exc: ChunkError) -> Response:

@@ -3,7 +3,7 @@ from django.urls import path
 
 import apps.core.converters  # noqa: F401  (registers <id:...>)
 
-from . import views
+from . import metrics, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateView.as_view(), name="job-list"),
@@ -13,6 +13,7 @@ urlpatterns = [
     path("jobs/<id:pk>/rerun/", views.JobRerunView.as_view(), name="job-rerun"),
     path("jobs/<id:pk>/events/", views.JobEventsView.as_view(), name="job-events"),
     path("jobs/<id:pk>/logs/", views.JobLogsView.as_view(), name="job-logs"),
+    path("jobs/<id:pk>/metrics/", metrics.JobMetricsView.as_view(), name="job-metrics"),
     path("jobs/<id:pk>/bundle/", views.JobBundleView.as_view(), name="job-bundle"),
     path("jobs/<id:pk>/files/", views.JobFilesView.as_view(), name="job-files"),
     path("jobs/<id:pk>/files/<path:path>", views.JobFileView.as_view(), name="job-file"),

@@ -35,6 +35,7 @@ from apps.metering.selectors import price_estimate, rate_table
 from apps.web.jobs.forms import JobForm, new_job_form
 from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
 from apps.web.jobs.outputs import download_url, file_preview
+from apps.web.jobs.usage import usage_card
 
 JOBS_PER_PAGE = 50
 CANCELLABLE_STATES = (JobState.QUEUED, JobState.RENTED, JobState.RUNNING, JobState.OUTPUT)
@@ -157,6 +158,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = job_own_or_404(request.user, pk)
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
+        "usage": usage_card(job),
     })
 
 
