@@ -220,9 +220,12 @@ class UsageSampler:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
-    def take(self) -> dict[str, Any]:
-        """Measure now and queue the sample; returns it (``ago_s`` is set when posted)."""
+    def take(self) -> dict[str, Any] | None:
+        """Measure now and queue the sample; returns it (``ago_s`` is set when posted), or None when
+        no process of the job could be read (its tree has just ended): no sample of zeros is sent."""
         cpu, rss = self.meter.measure()
+        if rss == 0:
+            return None
         elapsed = self._elapsed()
         seq = int(round((elapsed if elapsed is not None else time.monotonic() - self._started) * 1000))
         seq = self._last_seq = max(seq, self._last_seq + 1)
