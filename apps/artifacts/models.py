@@ -58,6 +58,15 @@ class Bundle(models.Model):
     files = models.JSONField(default=list, blank=True, help_text="Manifest: path, size_bytes, sha256.")
     completed_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Direct upload to an S3-compatible store (issue 15; apps/artifacts/storage.py): the agent PUTs
+    # the parts of multipart upload ``direct_upload_id`` of the object ``staging_name`` with URLs
+    # the server signs; ``complete`` joins them and ``verifying_since`` is set until the side
+    # worker has verified the object (then copied to ``file``) or refused it (``refused`` says why).
+    staging_name = models.CharField(max_length=300, blank=True, default="")
+    direct_upload_id = models.CharField(max_length=1024, blank=True, default="")
+    direct_started_at = models.DateTimeField(null=True, blank=True)
+    verifying_since = models.DateTimeField(null=True, blank=True)
+    refused = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["job", "-attempt", "rank"]

@@ -190,6 +190,109 @@ def verify_tar(path: str, size: int, files: list[dict[str, Any]]) -> Verified:
     return Verified(digest, "tar", offsets)
 
 
+def verify_archive_stream(source: Any, size: int, files: list[dict[str, Any]]) -> Verified:
+    """Check an archive read once, front to back, from ``source`` (anything with ``read(n)``: the
+    object store's GET stream) against ``files``, exactly as :func:`verify_archive` checks a
+    stored file: the same member rules, sizes, sha256s, offsets, ``manifest.json`` and trailer.
+
+    A ``tar`` is walked with :mod:`tarfile` in stream mode (``r|``, 4 MiB reads): each member's
+    data is hashed as it passes, the whole stream feeds the archive's sha256, and the last
+    ``TRAILER_MAX_BYTES`` are kept to check that only zeros follow the last member. A
+    ``tar.gz`` goes through :func:`verify_stream`. Memory: a few blocks, whatever the size.
+
+    Raises:
+        BundleInvalid: the first difference found, naming the file.
+    """
+    head = _Limited(source, size).read(2) if size else b""
+    rest = _Limited(source, size - len(head))
+    if head == GZIP_MAGIC:
+        reader = TeeReader(_Prefixed(head, rest))
+        verify_stream(reader, files)
+        if reader.size != size:
+            raise BundleInvalid(f"{reader.size} bytes in the archive, {size} announced")
+        return Verified(reader.digest.hexdigest(), "tar.gz")
+    tail = _Tail(TRAILER_MAX_BYTES + 1)
+    reader = TeeReader(_Prefixed(head, rest), tail.keep)
+    claimed = _claimed(files)
+    offsets: dict[str, int] = {}
+    manifest: bytes | None = None
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", bufsize=READ_BYTES) as tar:  # type: ignore[call-overload]
+            for member in tar:
+                name = _member_name(member)
+                if name is None:
+                    continue
+                if member.offset_data + member.size > size:
+                    raise BundleInvalid(f"archive member {name!r}: its data runs past the end of the archive")
+                if name == MANIFEST:
+                    if member.size > MANIFEST_MAX_BYTES:
+                        raise BundleInvalid(f"{MANIFEST} in the archive is over {MANIFEST_MAX_BYTES} bytes")
+                    fh = tar.extractfile(member)
+                    manifest = fh.read() if fh is not None else b""
+                    continue
+                if name in offsets:
+                    raise BundleInvalid(f"archive member {name!r} appears twice")
+                entry = claimed.get(name)
+                if entry is None:
+                    raise BundleInvalid(f"archive member {name!r} is not in the manifest")
+                if member.size != entry["size_bytes"]:
+                    raise BundleInvalid(f"{name}: {member.size} bytes in the archive, "
+                                        f"{entry['size_bytes']} in the manifest")
+                fh = tar.extractfile(member)
+                digest = hashlib.sha256()
+                got = 0
+                while fh is not None and (chunk := fh.read(READ_BYTES)):
+                    digest.update(chunk)
+                    got += len(chunk)
+                if got != member.size:
+                    raise BundleInvalid("the archive ends inside a member's data")
+                if digest.hexdigest() != str(entry["sha256"]).lower():
+                    raise BundleInvalid(f"{name}: sha256 in the archive differs from the manifest")
+                offsets[name] = member.offset_data
+            end = tar.offset
+            reader.drain()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, BundleInvalid):
+            raise
+        raise BundleInvalid(f"not a readable tar: {exc}") from None
+    if reader.size != size:
+        raise BundleInvalid(f"{reader.size} bytes in the archive, {size} announced")
+    if size - end > TRAILER_MAX_BYTES or bytes(tail.data[len(tail.data) - (size - end):]).strip(b"\0"):
+        raise BundleInvalid(f"data after the end of the archive (from byte {end}): an unreadable header "
+                            "or bytes that are no member")
+    _check_complete(claimed, set(offsets) | ({MANIFEST} if manifest is not None else set()), manifest, files,
+                    offsets)
+    return Verified(reader.digest.hexdigest(), "tar", offsets)
+
+
+class _Prefixed:
+    """``head`` then what ``rest`` reads (the bytes peeked to tell a tar.gz from a tar)."""
+
+    def __init__(self, head: bytes, rest: Any) -> None:
+        self.head, self.rest = head, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            data, self.head = (self.head, b"") if n < 0 or n >= len(self.head) else (self.head[:n], self.head[n:])
+            return data
+        return self.rest.read(n)
+
+
+class _Tail:
+    """Keeps the last ``limit`` bytes of what passes through :meth:`keep`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+
+    def keep(self, data: bytes) -> None:
+        if len(data) >= self.limit:
+            self.data = bytearray(data[-self.limit:])
+        else:
+            self.data += data
+            del self.data[: max(0, len(self.data) - self.limit)]
+
+
 def _walk(fh: IO[bytes], size: int, claimed: dict[str, dict[str, Any]]) -> tuple[dict[str, int], bytes | None]:
     """Every member of the tar in ``fh`` checked and its data hashed; (offsets, manifest bytes)."""
     fd = fh.fileno()
