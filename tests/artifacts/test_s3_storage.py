@@ -183,7 +183,7 @@ def test_downloads_redirect_to_a_signed_url_that_honours_range(owner, stranger, 
     assert resp.status_code == 302 and resp["Cache-Control"] == "private, no-store"
     got = httpx.get(resp["Location"], headers={"Range": "bytes=100-199"})
     assert got.status_code == 206 and got.content == archive[100:200]
-    assert 'filename="job-%d-bundle.tar"' % job.pk in httpx.URL(resp["Location"]).params[
+    assert f'filename="job-{job.pk}-bundle.tar"' in httpx.URL(resp["Location"]).params[
         "response-content-disposition"]  # the store names the download (signed with the URL)
     whole = httpx.get(resp["Location"])
     assert whole.status_code == 200 and whole.content == archive
