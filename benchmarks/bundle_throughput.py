@@ -198,8 +198,9 @@ def _upload(agent: ApiClient, job_id: int, bundle) -> dict:
 
 
 def _get(conn: http.client.HTTPConnection, url: str, token: str, out, headers: dict | None = None) -> int:
-    """One GET into ``out`` in 4 MiB reads; the status."""
-    conn.request("GET", url, headers={"Authorization": f"Token {token}", **(headers or {})})
+    """One GET into ``out`` in 4 MiB reads; the status. No ``Authorization`` without ``token`` (a
+    signed URL of the store carries its own)."""
+    conn.request("GET", url, headers={**({"Authorization": f"Token {token}"} if token else {}), **(headers or {})})
     resp = conn.getresponse()
     buf = bytearray(READ_BYTES)
     view = memoryview(buf)

@@ -37,7 +37,7 @@ MAX_OFFSET_JUMPS = 10  # 409s in a row without progress before giving up
 PASSES = 2  # a refused "complete" that names a shorter size gets one more pass
 PART_THREADS = 4  # parts on the wire at once (direct uploads)
 PART_TRIES = 5  # tries of one part PUT before the pass gives up
-VERIFY_POLL_S = 1.0  # how often to ask whether the store's copy is verified
+VERIFY_POLL_S = (0.25, 2.0)  # first and longest wait between asking whether the bundle is verified
 VERIFY_WAIT_S = 6 * 3600.0  # how long to wait for it at most (the server's verification limit)
 
 
@@ -182,7 +182,7 @@ def upload_direct(
     not hold yet (a later call resumes); the parts are PUT ``threads`` at a time (no
     Authorization header: each URL is signed for that part of this attempt's upload alone);
     ``POST bundle/complete/`` joins them and the server verifies the archive in the store
-    (202); ``GET bundle/`` is asked every second until it says ``complete`` (or ``refused``:
+    (202); ``GET bundle/`` is asked (every 0.25 s, growing to 2 s) until it says ``complete`` (or ``refused``:
     the whole upload is tried once more).
 
     Raises:
@@ -226,14 +226,16 @@ def _await_verified(client: ApiClient, job_id: int, attempt: int, abort: threadi
                     stop: threading.Event) -> str | None:
     """Ask ``GET bundle/`` until the bundle is complete (None) or refused (why)."""
     deadline = time.monotonic() + VERIFY_WAIT_S
+    wait, longest = VERIFY_POLL_S
     while time.monotonic() < deadline:
         status = client.bundle_status(job_id, attempt, abort=abort)
         if status.get("complete"):
             return None
         if not status.get("verifying"):
             return status.get("refused") or "not verified"
-        if stop.wait(VERIFY_POLL_S):
+        if stop.wait(wait):
             raise UploadError("stopped while the bundle was verified")
+        wait = min(wait * 1.5, longest)
     raise UploadError(f"the bundle was not verified within {VERIFY_WAIT_S:.0f} s")
 
 

