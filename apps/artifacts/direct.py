@@ -99,7 +99,13 @@ def bundle_direct_start(*, job, attempt: int, rank: int = 0, size_bytes: int) ->
         store.multipart_abort(*stale)
     part_bytes = part_bytes_for(size_bytes)
     count = max(1, math.ceil(size_bytes / part_bytes))
-    held = {p.number: p for p in store.parts(name, upload_id)}
+    try:
+        held = {p.number: p for p in store.parts(name, upload_id)}
+    except ClientError as exc:
+        if _code(exc) != "NoSuchUpload":
+            raise
+        _forget_upload(bundle.pk, upload_id)  # aborted in the store (lifecycle rule, operator): a new one
+        return bundle_direct_start(job=job, attempt=attempt, rank=rank, size_bytes=size_bytes)
     expires = settings.E31_STORAGE_PART_URL_EXPIRY_S
     todo = []
     for number in range(1, count + 1):
@@ -140,12 +146,22 @@ def bundle_direct_complete(*, job, attempt: int, rank: int = 0, size_bytes: int,
     store = object_store()
     part_bytes = part_bytes_for(size_bytes)
     count = max(1, math.ceil(size_bytes / part_bytes))
-    held = store.parts(bundle.staging_name, bundle.direct_upload_id)
-    whole = _whole_prefix(held, part_bytes, size_bytes)
-    if whole < size_bytes or len(held) != count:
-        raise ChunkError(f"the store holds {whole} of {size_bytes} bytes in whole parts; send the rest",
-                         whole, conflict=True)
-    store.multipart_complete(bundle.staging_name, bundle.direct_upload_id, held)
+    try:
+        held = store.parts(bundle.staging_name, bundle.direct_upload_id)
+    except ClientError as exc:
+        if _code(exc) != "NoSuchUpload":
+            raise
+        held = None
+    if held is None and store.size(bundle.staging_name) != size_bytes:
+        _forget_upload(bundle.pk, bundle.direct_upload_id)
+        raise ChunkError("the upload is gone from the store; start it again (POST bundle/direct/)", 0,
+                         conflict=True)
+    if held is not None:  # (None: joined already by a ``complete`` whose answer was lost)
+        whole = _whole_prefix(held, part_bytes, size_bytes)
+        if whole < size_bytes or len(held) != count:
+            raise ChunkError(f"the store holds {whole} of {size_bytes} bytes in whole parts; send the rest",
+                             whole, conflict=True)
+        store.multipart_complete(bundle.staging_name, bundle.direct_upload_id, held)
     with transaction.atomic():
         bundle = Bundle.objects.select_for_update().get(pk=bundle.pk)
         bundle.direct_upload_id = ""
@@ -160,6 +176,15 @@ def bundle_direct_complete(*, job, attempt: int, rank: int = 0, size_bytes: int,
         transaction.on_commit(lambda: bundle_verify_wanted.send(
             sender=Bundle, bundle_id=bundle.pk, since=when.isoformat(), retention_days=retention_days))
     return bundle
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _forget_upload(bundle_id: int, upload_id: str) -> None:
+    """The bundle's multipart upload ``upload_id`` no longer exists in the store: drop its id."""
+    Bundle.objects.filter(pk=bundle_id, direct_upload_id=upload_id).update(direct_upload_id="", received_bytes=0)
 
 
 def _whole_prefix(held: list[Part], part_bytes: int, size_bytes: int) -> int:

@@ -318,3 +318,33 @@ def test_the_streamed_check_agrees_with_the_check_of_a_stored_file(case, tmp_pat
     assert streamed == by_file
     if case.startswith("good") or case in ("with manifest", "zeros after"):
         assert streamed != "invalid" and streamed[0] == hashlib.sha256(archive).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_complete_whose_answer_was_lost_and_an_upload_gone_from_the_store(owner, pool, s3_storage, small_parts,
+                                                                             tmp_path):
+    job, other = rented_job(owner), rented_job(owner)
+    packed = _packed(tmp_path, job.pk, {"a.txt": b"a" * 1000})
+    archive = packed.path.read_bytes()
+    offer = bundle_direct_start(job=job, attempt=job.attempt, size_bytes=len(archive))
+    _put_parts(offer, archive)
+    bundle = Bundle.objects.get(job=job)
+    store = object_store()
+    # the store joined the parts, but the site crashed before it recorded it: complete again
+    store.multipart_complete(bundle.staging_name, bundle.direct_upload_id,
+                             store.parts(bundle.staging_name, bundle.direct_upload_id))
+    bundle_direct_complete(job=job, attempt=job.attempt, size_bytes=len(archive), sha256=packed.sha256,
+                           files=[f.to_json() for f in packed.files], retention_days=7)
+    assert Bundle.objects.get(pk=bundle.pk).completed_at
+    # an upload aborted in the store (a lifecycle rule): start makes a new one, complete says start again
+    first = bundle_direct_start(job=other, attempt=other.attempt, size_bytes=100)
+    gone = Bundle.objects.get(job=other)
+    store.multipart_abort(gone.staging_name, gone.direct_upload_id)
+    second = bundle_direct_start(job=other, attempt=other.attempt, size_bytes=100)
+    assert second["upload_id"] != first["upload_id"] and len(second["parts"]) == 1
+    gone = Bundle.objects.get(job=other)
+    store.multipart_abort(gone.staging_name, gone.direct_upload_id)
+    with pytest.raises(ChunkError, match="start it again") as refused:
+        bundle_direct_complete(job=other, attempt=other.attempt, size_bytes=100, sha256="0" * 64, files=[],
+                               retention_days=7)
+    assert refused.value.conflict and refused.value.received_bytes == 0
