@@ -17,7 +17,7 @@ from tests.s3 import CREDENTIALS
 from .conftest import E2E_REDIS_DB, live_stack
 from .test_five_steps import EXAMPLES, check_bundle, check_meter, submit_api, token_client, wait_released
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_the_four_examples_run_with_files_in_the_object_store(s3_stack):
     stack, store, bucket = s3_stack
     api = token_client(stack.url, UserFactory(username="e2e-s3"))
     ids = [pk for name in EXAMPLES for pk in submit_api(api, name)]
-    jobs = wait_released(api, ids, timeout=180)
+    jobs = wait_released(api, ids, timeout=300)
     follow = httpx.Client(base_url=stack.url, headers=api.headers, timeout=30, follow_redirects=True)
     for job in jobs.values():
         assert job["outcome"] == "succeeded", (job["name"], job["status_message"],
