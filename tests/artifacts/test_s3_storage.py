@@ -348,3 +348,26 @@ def test_a_complete_whose_answer_was_lost_and_an_upload_gone_from_the_store(owne
         bundle_direct_complete(job=other, attempt=other.attempt, size_bytes=100, sha256="0" * 64, files=[],
                                retention_days=7)
     assert refused.value.conflict and refused.value.received_bytes == 0
+
+
+@pytest.mark.django_db
+def test_a_bundle_still_being_verified_does_not_count_as_delivered(owner, pool, s3_storage, small_parts, tmp_path,
+                                                                    django_capture_on_commit_callbacks):
+    """The release gate: an agent that sent ``finished`` before the side worker verified its bundle
+    gets no success (SPEC §3: a bundle that is not verified is not delivered)."""
+    from tests.drive import Agent
+
+    job = rented_job(owner)
+    agent = Agent(job)
+    agent.start()
+    agent.say("exited", exit_code=0, reason="exit")
+    packed = _packed(tmp_path, job.pk, {"out/a.txt": b"a" * 1000})
+    archive = packed.path.read_bytes()
+    _put_parts(bundle_direct_start(job=job, attempt=job.attempt, size_bytes=len(archive)), archive)
+    with django_capture_on_commit_callbacks(execute=False):  # the verification task is not run
+        bundle_direct_complete(job=job, attempt=job.attempt, size_bytes=len(archive), sha256=packed.sha256,
+                               files=[f.to_json() for f in packed.files], retention_days=7)
+    agent.say("finished")
+    job.refresh_from_db()
+    assert (job.state, job.outcome) == ("released", "failed")
+    assert "no verified bundle" in job.status_message
