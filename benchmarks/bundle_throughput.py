@@ -16,22 +16,34 @@ of text (log-like lines, compressible). For each:
   (``http.client``, 4 MiB reads into a file, as ``curl -o`` does), once whole and once in 64 MiB
   ``Range`` requests; the file's sha256 is checked after the clock stops.
 
+With ``--storage s3`` (issue 15 item 1) the site keeps files in an S3-compatible store
+(``E31_STORAGE_URL=s3://...``; ``--s3-endpoint URL``, or a ``moto_server`` started here): the upload
+is the agent's direct path (parts PUT straight to the store with URLs the site signs, then
+``complete``, then the wait until the side worker has verified the archive from the store and kept
+it), the download follows the site's 302 to a signed URL of the store. Baselines, same file, same
+store, same run: boto3's own ``upload_file`` and ``download_file`` (its managed, multi-threaded
+transfer); goal >= 0.80 of them. Packing is not repeated there (``--kinds random`` by default).
+
 Also printed for context: a write of the same bytes from user space (``os.read``/``os.write``, 4 MiB
 buffers; the copy runs in the kernel, ``copy_file_range``), and what gzip level 1 (the old format)
 would have made of the first 64 MB. Figures in MB/s (10^6 bytes per second).
 
     .venv/bin/python benchmarks/bundle_throughput.py [--size-mb 1000] [--json]
+    .venv/bin/python benchmarks/bundle_throughput.py --storage s3 [--s3-endpoint URL] [--size-mb 1000]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
 import os
 import random
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -186,8 +198,9 @@ def _upload(agent: ApiClient, job_id: int, bundle) -> dict:
 
 
 def _get(conn: http.client.HTTPConnection, url: str, token: str, out, headers: dict | None = None) -> int:
-    """One GET into ``out`` in 4 MiB reads; the status."""
-    conn.request("GET", url, headers={"Authorization": f"Token {token}", **(headers or {})})
+    """One GET into ``out`` in 4 MiB reads; the status. No ``Authorization`` without ``token`` (a
+    signed URL of the store carries its own)."""
+    conn.request("GET", url, headers={**({"Authorization": f"Token {token}"} if token else {}), **(headers or {})})
     resp = conn.getresponse()
     buf = bytearray(READ_BYTES)
     view = memoryview(buf)
@@ -224,11 +237,160 @@ def _download(stack, token: str, job_id: int, bundle, work: Path) -> dict:
     return {"whole_s": whole_s, "ranged_s": ranged_s}
 
 
+@contextlib.contextmanager
+def _s3_store(endpoint: str | None):
+    """(endpoint, bucket, boto3 client) of a fresh bucket: on ``endpoint``, or on a ``moto_server``
+    started here for the run."""
+    import boto3
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "e31-bench", "AWS_SECRET_ACCESS_KEY": "e31-bench-secret",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        os.environ.setdefault(key, value)
+    proc = None
+    if not endpoint:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p",
+                                 str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                httpx.get(endpoint + "/moto-api/", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        bucket = f"e31-bench-{os.getpid()}"
+        client.create_bucket(Bucket=bucket)
+        yield endpoint, bucket, client
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+
+def _download_s3(stack, token: str, job_id: int, bundle, work: Path) -> dict:
+    """The bundle through the site's 302 to a signed URL of the store: whole, then in 64 MiB ranges
+    of that URL (one redirect, as a download manager reuses it)."""
+    site = httpx.Client(base_url=stack.url, headers={"Authorization": f"Token {token}"}, timeout=600)
+    target = work / "download"
+    out = {}
+    for how in ("whole", "ranged"):
+        t = time.perf_counter()
+        resp = site.get(f"/api/v1/jobs/{job_id}/bundle/")
+        assert resp.status_code == 302, resp.status_code
+        location = urlparse(resp.headers["Location"])
+        conn = http.client.HTTPConnection(location.hostname, location.port, timeout=600)
+        path = location.path + "?" + location.query
+        with open(target, "wb", buffering=0) as fh:
+            if how == "whole":
+                assert _get(conn, path, "", fh) == 200
+            else:
+                got = 0
+                while got < bundle.size_bytes:
+                    assert _get(conn, path, "", fh, {"Range": f"bytes={got}-{got + RANGE_BYTES - 1}"}) == 206
+                    got = fh.tell()
+        out[f"{how}_s"] = time.perf_counter() - t
+        conn.close()
+        with open(target, "rb") as fh:
+            assert hashlib.file_digest(fh, "sha256").hexdigest() == bundle.sha256, f"{how} download differs"
+        target.unlink()
+    site.close()
+    return out
+
+
+def _boto3_baseline(client, bucket: str, bundle, work: Path) -> dict:
+    """boto3's managed transfer of the same file to and from the same store (its defaults: 8 MB
+    parts, 10 threads)."""
+    t = time.perf_counter()
+    client.upload_file(str(bundle.path), bucket, "baseline/bundle.tar")
+    up = time.perf_counter() - t
+    t = time.perf_counter()
+    client.download_file(bucket, "baseline/bundle.tar", str(work / "baseline"))
+    down = time.perf_counter() - t
+    (work / "baseline").unlink()
+    client.delete_object(Bucket=bucket, Key="baseline/bundle.tar")
+    return {"upload_s": up, "download_s": down}
+
+
+def main_s3(args) -> dict:
+    """The ``--storage s3`` run: see the module."""
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="e31-bundle-bench-") as tmp, _s3_store(args.s3_endpoint) as (
+            endpoint, bucket, client):
+        work = Path(tmp)
+        bundles = {}
+        for kind in args.kinds:
+            job_dir = work / f"job-{kind}"
+            _make_output(job_dir, kind, args.size_mb)
+            bundles[kind] = pack(job_dir, ["**"], work / f"bundle-{kind}.tar", job_id=1)
+            shutil.rmtree(job_dir)
+        # every process of the stack (and manage.py here) reads it from the environment
+        os.environ["E31_STORAGE_URL"] = f"s3://{bucket}?endpoint_url={endpoint}&region=us-east-1"
+        with live_stack([]) as (stack, token):
+            agent = _node(stack, manage("issue_node_token", "bench-node"))
+            for kind, bundle in bundles.items():
+                job_id = _job_in_output(stack, agent, token)
+                base = _boto3_baseline(client, bucket, bundle, work)
+                complete = agent.bundle_complete
+                marks: dict[str, float] = {}
+
+                def timed_complete(*a, _complete=complete, _marks=marks, **kw):
+                    _marks["parts_sent"] = time.perf_counter()
+                    return _complete(*a, **kw)
+
+                agent.bundle_complete = timed_complete
+                t = time.perf_counter()
+                upload_bundle(agent, job_id, 1, bundle)
+                up_s = time.perf_counter() - t
+                agent.bundle_complete = complete
+                down = _download_s3(stack, token, job_id, bundle, work)
+                size = bundle.size_bytes
+                results[kind] = {
+                    "bundle_bytes": size, "storage": "s3",
+                    "upload_mb_per_s": _mbps(size, up_s),
+                    "upload_parts_only_mb_per_s": _mbps(size, marks["parts_sent"] - t),
+                    "verify_and_keep_seconds": round(up_s - (marks["parts_sent"] - t), 2),
+                    "boto3_upload_mb_per_s": _mbps(size, base["upload_s"]),
+                    "download_mb_per_s": _mbps(size, down["whole_s"]),
+                    "download_range_64mib_mb_per_s": _mbps(size, down["ranged_s"]),
+                    "boto3_download_mb_per_s": _mbps(size, base["download_s"]),
+                    "upload_ratio_to_boto3": round(base["upload_s"] / up_s, 3),
+                    "upload_parts_only_ratio_to_boto3": round(base["upload_s"] / (marks["parts_sent"] - t), 3),
+                    "download_ratio_to_boto3": round(base["download_s"] / down["whole_s"], 3),
+                }
+                bundle.path.unlink()
+            agent.close()
+    out = {"benchmark": "bundle_throughput", "storage": "s3", "load_average_1m": round(os.getloadavg()[0], 2),
+           **results}
+    if args.json:
+        print(json.dumps(out))
+        return out
+    for kind, r in results.items():
+        print(f"{kind} bundle, {r['bundle_bytes'] / 1e6:.0f} MB, S3-compatible store ({args.s3_endpoint or 'moto'}):\n"
+              f"  upload   {r['upload_mb_per_s']:>7} MB/s (parts sent at {r['upload_parts_only_mb_per_s']} MB/s, "
+              f"then {r['verify_and_keep_seconds']} s to join, verify from the store and keep) vs boto3 "
+              f"upload_file {r['boto3_upload_mb_per_s']} MB/s: ratio {r['upload_ratio_to_boto3']} "
+              f"(parts alone {r['upload_parts_only_ratio_to_boto3']}; goal >= 0.80)\n"
+              f"  download {r['download_mb_per_s']:>7} MB/s vs boto3 download_file {r['boto3_download_mb_per_s']} "
+              f"MB/s: ratio {r['download_ratio_to_boto3']}; in 64 MiB ranges {r['download_range_64mib_mb_per_s']} MB/s")
+    print(f"load average (1 min) at the end: {out['load_average_1m']}")
+    return out
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1000, help="size of each job's output file, MB (10^6 bytes)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--storage", choices=["local", "s3"], default="local")
+    parser.add_argument("--s3-endpoint", default="", help="an S3-compatible server (default: moto_server, started)")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=None)
     args = parser.parse_args()
+    if args.storage == "s3":
+        args.kinds = args.kinds or ["random"]
+        return main_s3(args)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="e31-bundle-bench-") as tmp:
         work = Path(tmp)

@@ -10,6 +10,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import dj_database_url
 from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, HealthSource, PrestageState, ReportType
@@ -219,6 +220,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.agent_api.tasks.sweep_storage_task",
         "schedule": env_float("E31_SWEEP_PERIOD_S", 86400.0),
     },
+    # Unverified direct uploads to the object store that were given up (issue 15; apps/artifacts/direct.py).
+    "storage-staging-sweep": {
+        "task": "apps.artifacts.tasks.staging_sweep_task",
+        "schedule": env_float("E31_STORAGE_STAGING_SWEEP_S", 3600.0),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -250,6 +256,34 @@ STORAGES = {
     # that is not vendored, which fails its post-processing; names stay plain (ETag and 304 instead).
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# Where uploads and bundles are kept (issue 15; docs/deploy.md "Storage"): ``file:///dir`` (local files,
+# the default: MEDIA_ROOT) or ``s3://bucket[/prefix]?endpoint_url=...&region=...&addressing_style=...``,
+# any S3-compatible store through django-storages' S3Storage; credentials from the standard AWS
+# variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, or the instance's role). apps/artifacts/storage.py.
+E31_STORAGE_URL = env_str("E31_STORAGE_URL", "")
+E31_STORAGE_URL_EXPIRY_S = env_int("E31_STORAGE_URL_EXPIRY_S", 300)  # signed GETs (downloads, inputs)
+E31_STORAGE_PART_URL_EXPIRY_S = env_int("E31_STORAGE_PART_URL_EXPIRY_S", 3600)  # signed part PUTs
+E31_STORAGE_PART_BYTES = env_int("E31_STORAGE_PART_BYTES", 64 * 1024 * 1024)  # S3 multipart part size
+E31_STORAGE_STAGING_MAX_AGE_S = env_int("E31_STORAGE_STAGING_MAX_AGE_S", 86400)  # unverified uploads kept
+if E31_STORAGE_URL:
+    _store = urlparse(E31_STORAGE_URL)
+    _store_q = {k: v[-1] for k, v in parse_qs(_store.query).items()}
+    if _store.scheme == "file":
+        MEDIA_ROOT = Path(_store.path)
+        STORAGES["default"] = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+    elif _store.scheme == "s3":
+        STORAGES["default"] = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+            "bucket_name": _store.netloc,
+            "location": _store.path.strip("/"),
+            "endpoint_url": _store_q.get("endpoint_url") or None,
+            "region_name": _store_q.get("region") or None,
+            "addressing_style": _store_q.get("addressing_style") or None,
+            "signature_version": "s3v4",
+            "querystring_expire": E31_STORAGE_URL_EXPIRY_S,
+            "file_overwrite": True,
+        }}
+    else:
+        raise ValueError(f"E31_STORAGE_URL: {_store.scheme!r} is neither file:// nor s3://")
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 34 * 1024 * 1024  # a bundle chunk is at most 32 MiB (apps/artifacts/services.py)
 # A file part of a multipart body past this goes to a temporary file, not memory; the

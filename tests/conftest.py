@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 from .clock import frozen_clock  # noqa: F401  (a fixture for every test)
 from .cycles import HarnessCycles
 from .factories import UserFactory, node_with_gpus
+from .s3 import s3_endpoint, s3_storage  # noqa: F401  (fixtures: a real S3-compatible server, tests/s3.py)
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ is read and hashed in a worker thread (positioned reads: the file offset is
 never shared). A server from before issue 15 takes at most 8 MiB: a larger
 chunk it refuses for its size (413, or 400 "at most") makes the rest go in
 8 MiB chunks.
+
+A server that keeps its files in an S3-compatible store says ``direct`` (issue 15): the bundle
+then goes straight to the store (:func:`upload_direct`), never through the server.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
+
+import httpx
 
 from .client import ApiClient, ApiError, OffsetMismatch, StaleAttempt
 from .packer import Bundle
@@ -29,6 +35,10 @@ OLD_CHUNK_BYTES = 8 * 1024 * 1024  # what every server takes (the limit before i
 MAX_BAD_CHUNKS = 3  # checksum refusals of one chunk in a row before giving up
 MAX_OFFSET_JUMPS = 10  # 409s in a row without progress before giving up
 PASSES = 2  # a refused "complete" that names a shorter size gets one more pass
+PART_THREADS = 4  # parts on the wire at once (direct uploads)
+PART_TRIES = 5  # tries of one part PUT before the pass gives up
+VERIFY_POLL_S = (0.25, 2.0)  # first and longest wait between asking whether the bundle is verified
+VERIFY_WAIT_S = 6 * 3600.0  # how long to wait for it at most (the server's verification limit)
 
 
 class UploadError(Exception):
@@ -50,7 +60,11 @@ def upload_bundle(
     ``Aborted``, which the caller handles as for any job call.
     """
     chunk_bytes = min(chunk_bytes, CHUNK_BYTES)
-    received = client.bundle_received(job_id, attempt, abort=abort)
+    status = client.bundle_status(job_id, attempt, abort=abort)
+    if status.get("direct"):
+        upload_direct(client, job_id, attempt, bundle, abort=abort)
+        return
+    received = int(status.get("received_bytes", 0))
     with open(bundle.path, "rb") as fh:
         for n in range(1, PASSES + 1):
             chunk_bytes = _send_from(client, job_id, attempt, bundle, fh, received, chunk_bytes, abort)
@@ -151,3 +165,114 @@ def _read_chunk(fd: int, offset: int, length: int) -> tuple[int, bytes, str]:
         got += len(data)
     chunk = b"".join(parts)  # the one part itself when there is one (no copy)
     return offset, chunk, hashlib.sha256(chunk).hexdigest()
+
+
+def upload_direct(
+    client: ApiClient,
+    job_id: int,
+    attempt: int,
+    bundle: Bundle,
+    *,
+    abort: threading.Event | None = None,
+    threads: int = PART_THREADS,
+) -> None:
+    """Upload ``bundle`` straight to the server's object store and wait until it is verified.
+
+    ``POST bundle/direct/`` gives the part size and a signed URL for each part the store does
+    not hold yet (a later call resumes); the parts are PUT ``threads`` at a time (no
+    Authorization header: each URL is signed for that part of this attempt's upload alone);
+    ``POST bundle/complete/`` joins them and the server verifies the archive in the store
+    (202); ``GET bundle/`` is asked (every 0.25 s, growing to 2 s) until it says ``complete`` (or ``refused``:
+    the whole upload is tried once more).
+
+    Raises:
+        UploadError: a part could not be sent, the server refused the bundle twice, or it
+            was not verified within ``VERIFY_WAIT_S``.
+    """
+    stop = abort or client.stop
+    for n in range(1, PASSES + 1):
+        try:
+            offer = client.bundle_direct_start(job_id, attempt, size_bytes=bundle.size_bytes, abort=abort)
+        except OffsetMismatch:  # verifying (an earlier run completed it) or complete already
+            offer = None
+        except StaleAttempt:
+            raise
+        except ApiError as exc:
+            raise UploadError(f"server refused the direct upload: {exc.detail} (HTTP {exc.status})") from None
+        if offer is not None:
+            _put_parts(bundle, offer["parts"], threads, stop)
+            try:
+                client.bundle_complete(job_id, attempt, size_bytes=bundle.size_bytes, sha256=bundle.sha256,
+                                       files=bundle.files, abort=abort)
+            except OffsetMismatch as exc:
+                if n == PASSES:
+                    raise UploadError(f"the store holds {exc.received_bytes} bytes of {bundle.size_bytes}") from None
+                log.warning("the store holds %d bytes only; resuming", exc.received_bytes)
+                continue
+            except StaleAttempt:
+                raise
+            except ApiError as exc:
+                raise UploadError(f"server refused the bundle: {exc.detail} (HTTP {exc.status})") from None
+        refused = _await_verified(client, job_id, attempt, abort, stop)
+        if refused is None:
+            return
+        if n == PASSES:
+            raise UploadError(f"server refused the bundle: {refused}")
+        log.warning("server refused the bundle (%s); uploading it again", refused)
+    raise UploadError("the bundle could not be uploaded")
+
+
+def _await_verified(client: ApiClient, job_id: int, attempt: int, abort: threading.Event | None,
+                    stop: threading.Event) -> str | None:
+    """Ask ``GET bundle/`` until the bundle is complete (None) or refused (why)."""
+    deadline = time.monotonic() + VERIFY_WAIT_S
+    wait, longest = VERIFY_POLL_S
+    while time.monotonic() < deadline:
+        status = client.bundle_status(job_id, attempt, abort=abort)
+        if status.get("complete"):
+            return None
+        if not status.get("verifying"):
+            return status.get("refused") or "not verified"
+        if stop.wait(wait):
+            raise UploadError("stopped while the bundle was verified")
+        wait = min(wait * 1.5, longest)
+    raise UploadError(f"the bundle was not verified within {VERIFY_WAIT_S:.0f} s")
+
+
+def _put_parts(bundle: Bundle, parts: list, threads: int, stop: threading.Event) -> None:
+    """PUT each part (``{"part_number", "offset", "size_bytes", "url"}``) of the bundle file to its URL."""
+    if not parts:
+        return
+    with open(bundle.path, "rb") as fh, httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as http, \
+            ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="bundle-part") as pool:
+        fd = fh.fileno()
+        futures = [pool.submit(_put_part, http, fd, p, stop) for p in parts]
+        for future in futures:
+            future.result()
+
+
+def _put_part(http: httpx.Client, fd: int, part: dict, stop: threading.Event) -> None:
+    """Read one part at its offset and PUT it to its signed URL, retried ``PART_TRIES`` times."""
+    _, data, _ = _read_chunk(fd, int(part["offset"]), int(part["size_bytes"]))
+    if len(data) != int(part["size_bytes"]):
+        raise UploadError(f"the bundle file ends inside part {part['part_number']}")
+    delay = 0.5
+    for tries in range(1, PART_TRIES + 1):
+        if stop.is_set():
+            raise UploadError("stopped")
+        try:
+            response = http.put(part["url"], content=data)
+        except httpx.TransportError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            if response.status_code < 300:
+                return
+            problem = f"HTTP {response.status_code}: {response.text[:200]}"
+            if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+                raise UploadError(f"part {part['part_number']} refused by the store: {problem}")
+        if tries == PART_TRIES:
+            raise UploadError(f"part {part['part_number']} could not be sent: {problem}")
+        log.warning("part %s failed (%s); retrying in %.1f s", part["part_number"], problem, delay)
+        if stop.wait(delay):
+            raise UploadError("stopped")
+        delay = min(delay * 2, 30.0)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .models import Bundle
+from .storage import open_span
 
 PREVIEW_BYTES = 256 * 1024  # what a preview reads of a file at most (bytes)
 # Preview kinds by file name suffix. SVG is an image the page shows in <img> (where its scripts
@@ -137,9 +138,11 @@ def file_head(f: OutputFile, limit: int = PREVIEW_BYTES) -> bytes:
         NotAddressable: see :func:`file_check`.
     """
     file_check(f)
-    with f.bundle.file.open("rb") as fh:
-        fh.seek(f.offset)
+    fh = open_span(f.bundle.file, f.offset, min(limit, f.size_bytes))
+    try:
         return fh.read(min(limit, f.size_bytes))
+    finally:
+        fh.close()
 
 
 def decode_head(data: bytes, *, cut: bool) -> str:

@@ -12,12 +12,13 @@ import re
 from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 
 from .files import FILE_CSP, OutputFile, content_type, file_check
 from .retention import bundle_check_kept
 from .services import bundle_latest
+from .storage import is_direct, object_store, open_span
 
 RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 BLOCK = 4 * 1024 * 1024
@@ -119,12 +120,13 @@ def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, eta
         return resp
     if wanted is not None:
         start, end = wanted
-        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), base + start, end - start + 1), status=206,
-                                     content_type=content_type)
+        resp = StreamingHttpResponse(_body(request, open_span(fieldfile, base + start, end - start + 1), base + start,
+                                           end - start + 1), status=206, content_type=content_type)
         resp["Content-Range"] = f"bytes {start}-{end}/{size}"
         resp["Content-Length"] = str(end - start + 1)
     else:
-        resp = StreamingHttpResponse(_body(request, fieldfile.open("rb"), base, size), content_type=content_type)
+        resp = StreamingHttpResponse(_body(request, open_span(fieldfile, base, size), base, size),
+                                     content_type=content_type)
         resp["Content-Length"] = str(size)
     if etag:
         resp["ETag"] = f'"{etag}"'
@@ -149,9 +151,21 @@ def bundle_response(request: HttpRequest, job, *, rank: int = 0) -> HttpResponse
     if bundle is None or not bundle.file:
         raise Http404
     suffix = f"-rank{bundle.rank}" if bundle.rank else ""
+    if is_direct():
+        return bundle_redirect(bundle, filename=f"job-{job.pk}-bundle{suffix}.tar.gz")
     return serve_file(request, bundle.file, filename=f"job-{job.pk}-bundle{suffix}.tar.gz",
                       size=bundle.size_bytes, etag=bundle.sha256)
 
+
+
+def bundle_redirect(bundle, *, filename: str) -> HttpResponse:
+    """302 to a GET of the bundle's archive in the object store, signed for this request alone
+    (``E31_STORAGE_URL_EXPIRY_S``, 300 s): the store serves the bytes and honours ``Range``
+    itself; name and type as :func:`archive_label` gives them. The caller checked ownership."""
+    name, ctype = archive_label(bundle.file.name, filename, "application/gzip")
+    resp = HttpResponseRedirect(object_store().get_url(bundle.file.name, filename=name, content_type=ctype))
+    resp["Cache-Control"] = "private, no-store"
+    return resp
 
 
 def output_file_response(request: HttpRequest, f: OutputFile, *, inline: bool = False) -> HttpResponse:

@@ -62,6 +62,15 @@ class Bundle(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     expired_at = models.DateTimeField(null=True, blank=True, help_text=(
         "When the storage sweep deleted the archive (issue 15); the row and its manifest stay."))
+    # Direct upload to an S3-compatible store (issue 15; apps/artifacts/storage.py): the agent PUTs
+    # the parts of multipart upload ``direct_upload_id`` of the object ``staging_name`` with URLs
+    # the server signs; ``complete`` joins them and ``verifying_since`` is set until the side
+    # worker has verified the object (then copied to ``file``) or refused it (``refused`` says why).
+    staging_name = models.CharField(max_length=300, blank=True, default="")
+    direct_upload_id = models.CharField(max_length=1024, blank=True, default="")
+    direct_started_at = models.DateTimeField(null=True, blank=True)
+    verifying_since = models.DateTimeField(null=True, blank=True)
+    refused = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["job", "-attempt", "rank"]

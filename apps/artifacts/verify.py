@@ -190,6 +190,167 @@ def verify_tar(path: str, size: int, files: list[dict[str, Any]]) -> Verified:
     return Verified(digest, "tar", offsets)
 
 
+def verify_archive_stream(source: Any, size: int, files: list[dict[str, Any]]) -> Verified:
+    """Check an archive read once, front to back, from ``source`` (anything with ``read(n)``: the
+    object store's GET stream) against ``files``, exactly as :func:`verify_archive` checks a
+    stored file: the same member rules, sizes, sha256s, offsets, ``manifest.json`` and trailer.
+
+    A ``tar``'s headers are walked by :mod:`tarfile` over a forward-only view of the stream
+    (:class:`_Forward`); each member's data is hashed here in 4 MiB reads as it passes, every
+    byte feeds the archive's sha256 once, and the last ``TRAILER_MAX_BYTES`` are kept to check
+    that only zeros follow the last member. A ``tar.gz`` goes through :func:`verify_stream`.
+    Memory: a few blocks, whatever the size.
+
+    Raises:
+        BundleInvalid: the first difference found, naming the file.
+    """
+    head = _Limited(source, size).read(2) if size else b""
+    rest = _Limited(source, size - len(head))
+    if head == GZIP_MAGIC:
+        reader = TeeReader(_Prefixed(head, rest))
+        verify_stream(reader, files)
+        if reader.size != size:
+            raise BundleInvalid(f"{reader.size} bytes in the archive, {size} announced")
+        return Verified(reader.digest.hexdigest(), "tar.gz")
+    reader = _Forward(_Prefixed(head, rest), size, keep=TRAILER_MAX_BYTES + 1)
+    claimed = _claimed(files)
+    offsets: dict[str, int] = {}
+    manifest: bytes | None = None
+    try:
+        with tarfile.open(fileobj=reader, mode="r:") as tar:  # type: ignore[call-overload]
+            for member in tar:
+                name = _member_name(member)
+                if name is None:
+                    continue
+                if member.offset_data + member.size > size:
+                    raise BundleInvalid(f"archive member {name!r}: its data runs past the end of the archive")
+                reader.seek(member.offset_data)
+                if name == MANIFEST:
+                    if member.size > MANIFEST_MAX_BYTES:
+                        raise BundleInvalid(f"{MANIFEST} in the archive is over {MANIFEST_MAX_BYTES} bytes")
+                    manifest = reader.read(member.size)
+                    continue
+                if name in offsets:
+                    raise BundleInvalid(f"archive member {name!r} appears twice")
+                entry = claimed.get(name)
+                if entry is None:
+                    raise BundleInvalid(f"archive member {name!r} is not in the manifest")
+                if member.size != entry["size_bytes"]:
+                    raise BundleInvalid(f"{name}: {member.size} bytes in the archive, "
+                                        f"{entry['size_bytes']} in the manifest")
+                if reader.sha256_next(member.size) != str(entry["sha256"]).lower():
+                    raise BundleInvalid(f"{name}: sha256 in the archive differs from the manifest")
+                offsets[name] = member.offset_data
+            end = tar.offset
+        reader.finish()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, BundleInvalid):
+            raise
+        raise BundleInvalid(f"not a readable tar: {exc}") from None
+    if size - end > TRAILER_MAX_BYTES or bytes(reader.tail[len(reader.tail) - (size - end):]).strip(b"\0"):
+        raise BundleInvalid(f"data after the end of the archive (from byte {end}): an unreadable header "
+                            "or bytes that are no member")
+    _check_complete(claimed, set(offsets) | ({MANIFEST} if manifest is not None else set()), manifest, files,
+                    offsets)
+    return Verified(reader.digest.hexdigest(), "tar", offsets)
+
+
+class _Forward:
+    """A read-once stream of ``size`` bytes made to look seekable for :mod:`tarfile` (``r:``): a seek
+    forward reads (and hashes) the bytes skipped, a seek back may go as far as the last ``keep``
+    bytes read (kept in :attr:`tail`). Every byte of the stream feeds :attr:`digest` exactly
+    once, in order. Raises OSError for a seek further back."""
+
+    def __init__(self, source: Any, size: int, keep: int) -> None:
+        self.source, self.size, self.keep = source, size, keep
+        self.digest = hashlib.sha256()
+        self.pos = 0  # where the next read starts
+        self.got = 0  # bytes taken from the source
+        self.tail = bytearray()  # the last ``keep`` bytes taken, ending at ``got``
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        pos = pos + (self.pos if whence == 1 else self.size if whence == 2 else 0)
+        if pos < self.got - len(self.tail):
+            raise OSError(f"cannot go back to byte {pos} of a stream read up to {self.got}")
+        self.pos = pos
+        return pos
+
+    def _take(self, n: int) -> bytes:
+        data = self.source.read(min(n, self.size - self.got)) if self.got < self.size else b""
+        if data:
+            self.digest.update(data)
+            self.got += len(data)
+            if len(data) >= self.keep:
+                self.tail = bytearray(data[-self.keep:])
+            else:
+                self.tail += data
+                del self.tail[: max(0, len(self.tail) - self.keep)]
+        return data
+
+    def _skip_to_pos(self) -> None:
+        while self.got < self.pos:
+            if not self._take(min(READ_BYTES, self.pos - self.got)):
+                raise BundleInvalid("the archive ends inside a member's data")
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n < 0 else n
+        out = []
+        if self.pos < self.got and n > 0:
+            start = len(self.tail) - (self.got - self.pos)
+            piece = bytes(self.tail[start:start + n])
+            out.append(piece)
+            self.pos += len(piece)
+            n -= len(piece)
+        self._skip_to_pos()
+        while n > 0:
+            data = self._take(min(n, READ_BYTES))
+            if not data:
+                break
+            out.append(data)
+            self.pos += len(data)
+            n -= len(data)
+        return b"".join(out)
+
+    def sha256_next(self, length: int) -> str:
+        """Hex sha256 of the next ``length`` bytes from :meth:`tell` (read in 4 MiB blocks, not kept).
+
+        Raises:
+            BundleInvalid: the stream ends first.
+        """
+        digest = hashlib.sha256()
+        while length > 0:
+            data = self.read(min(length, READ_BYTES))
+            if not data:
+                raise BundleInvalid("the archive ends inside a member's data")
+            digest.update(data)
+            length -= len(data)
+        return digest.hexdigest()
+
+    def finish(self) -> None:
+        """Read the rest of the stream (hashed; its last ``keep`` bytes kept)."""
+        self.pos = max(self.pos, self.got)
+        while self._take(READ_BYTES):
+            self.pos = self.got
+        if self.got != self.size:
+            raise BundleInvalid(f"{self.got} bytes in the archive, {self.size} announced")
+
+
+class _Prefixed:
+    """``head`` then what ``rest`` reads (the bytes peeked to tell a tar.gz from a tar)."""
+
+    def __init__(self, head: bytes, rest: Any) -> None:
+        self.head, self.rest = head, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            data, self.head = (self.head, b"") if n < 0 or n >= len(self.head) else (self.head[:n], self.head[n:])
+            return data
+        return self.rest.read(n)
+
+
 def _walk(fh: IO[bytes], size: int, claimed: dict[str, dict[str, Any]]) -> tuple[dict[str, int], bytes | None]:
     """Every member of the tar in ``fh`` checked and its data hashed; (offsets, manifest bytes)."""
     fd = fh.fileno()

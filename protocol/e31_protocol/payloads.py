@@ -240,6 +240,31 @@ class SamplesResponse(TypedDict):
 class BundleStatusResponse(TypedDict):
     received_bytes: int
     complete: bool
+    direct: NotRequired[bool]  # the server keeps files in an object store: POST bundle/direct/ (issue 15)
+    verifying: NotRequired[bool]  # joined in the store, being verified
+    refused: NotRequired[str]  # why the last direct upload was refused ("" if it was not)
+
+
+class BundleDirectPart(TypedDict):
+    part_number: int
+    offset: int
+    size_bytes: int
+    url: str  # PUT the part's bytes here, with no Authorization header (the URL is signed)
+
+
+class BundleDirectUploaded(TypedDict):
+    part_number: int
+    size_bytes: int
+
+
+class BundleDirectResponse(TypedDict):
+    """``POST jobs/<id>/bundle/direct/`` (body ``{"size_bytes"}``): parts still to send, parts held."""
+
+    upload_id: str
+    part_bytes: int
+    parts: list[BundleDirectPart]
+    uploaded: list[BundleDirectUploaded]
+    expires_in_s: int
 
 
 class BundleChunkResponse(TypedDict):
@@ -262,6 +287,7 @@ class BundleCompleteRequest(TypedDict):
 class BundleCompleteResponse(TypedDict):
     size_bytes: int
     sha256: str
+    verifying: NotRequired[bool]  # 202: being verified in the store; ask GET bundle/ until complete
 
 
 class BundleErrorBody(ErrorBody):

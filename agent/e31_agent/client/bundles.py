@@ -27,6 +27,32 @@ class BundleCalls(Transport):
         )
         return int(data.get("received_bytes", 0))
 
+    def bundle_status(
+        self, job_id: int, attempt: int, *, abort: threading.Event | None = None
+    ) -> payloads.BundleStatusResponse:
+        """``GET jobs/<id>/bundle/``: bytes held, complete, and (object-store servers) ``direct``,
+        ``verifying``, ``refused``."""
+        return self.request(
+            "GET",
+            f"/jobs/{job_id}/bundle/",
+            params={"attempt": attempt},
+            abort=abort,
+            job_call=True,
+        )
+
+    def bundle_direct_start(
+        self, job_id: int, attempt: int, *, size_bytes: int, abort: threading.Event | None = None
+    ) -> payloads.BundleDirectResponse:
+        """``POST jobs/<id>/bundle/direct/``: start or resume the upload straight to the store."""
+        return self.request(
+            "POST",
+            f"/jobs/{job_id}/bundle/direct/",
+            params={"attempt": attempt},
+            json={"size_bytes": size_bytes},
+            abort=abort,
+            job_call=True,
+        )
+
     def bundle_put(
         self,
         job_id: int,

@@ -33,7 +33,11 @@ class UploadCalls(Transport):
         while True:
             tries += 1
             try:
-                response = self._http.send(self._http.build_request("GET", url), stream=True)
+                # An object-store server answers 302 to a signed URL of the store; httpx drops the
+                # Authorization header on a redirect to another origin (the URL carries its own).
+                response = self._http.send(
+                    self._http.build_request("GET", url), stream=True, follow_redirects=True
+                )
             except httpx.TransportError:
                 if tries >= max_tries:
                     raise

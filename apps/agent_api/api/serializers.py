@@ -266,6 +266,35 @@ class LogAnswerSerializer(serializers.Serializer):
 class BundleStatusAnswerSerializer(serializers.Serializer):
     received_bytes = serializers.IntegerField()
     complete = serializers.BooleanField()
+    direct = serializers.BooleanField(required=False, help_text="The server takes the bundle straight to its "
+                                      "object store: POST bundle/direct/ (issue 15).")
+    verifying = serializers.BooleanField(required=False, help_text="Joined in the store, being verified.")
+    refused = serializers.CharField(required=False, help_text="Why the last direct upload was refused "
+                                    "(upload it again), or empty.")
+
+
+class BundleDirectSerializer(serializers.Serializer):
+    size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
+
+
+class BundleDirectPartSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    size_bytes = serializers.IntegerField()
+    url = serializers.CharField(help_text="PUT the part's bytes here (signed for this part alone).")
+
+
+class BundleDirectUploadedSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField()
+    size_bytes = serializers.IntegerField()
+
+
+class BundleDirectAnswerSerializer(serializers.Serializer):
+    upload_id = serializers.CharField()
+    part_bytes = serializers.IntegerField()
+    parts = BundleDirectPartSerializer(many=True, help_text="Parts still to send.")
+    uploaded = BundleDirectUploadedSerializer(many=True, help_text="Parts the store holds already.")
+    expires_in_s = serializers.IntegerField()
 
 
 class BundleChunkAnswerSerializer(serializers.Serializer):
@@ -275,6 +304,8 @@ class BundleChunkAnswerSerializer(serializers.Serializer):
 class BundleCompleteAnswerSerializer(serializers.Serializer):
     size_bytes = serializers.IntegerField()
     sha256 = serializers.CharField()
+    verifying = serializers.BooleanField(required=False, help_text="202: joined in the object store and being "
+                                         "verified; ask GET bundle/ until complete (or refused).")
 
 
 class GpuSampleSerializer(serializers.Serializer):

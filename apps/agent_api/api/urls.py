@@ -18,6 +18,7 @@ urlpatterns = [
     path("agent/jobs/<id:job_id>/log/", views.LogView.as_view(), name="agent-log"),
     path("agent/jobs/<id:job_id>/samples/", views.SamplesView.as_view(), name="agent-samples"),
     path("agent/jobs/<id:job_id>/bundle/", views.BundleView.as_view(), name="agent-bundle"),
+    path("agent/jobs/<id:job_id>/bundle/direct/", views.BundleDirectView.as_view(), name="agent-bundle-direct"),
     path("agent/jobs/<id:job_id>/bundle/complete/", views.BundleCompleteView.as_view(),
          name="agent-bundle-complete"),
     path("agent/uploads/<uuid:upload_id>/", views.UploadDownloadView.as_view(), name="agent-upload"),

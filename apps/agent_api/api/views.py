@@ -13,7 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponseRedirect, JsonResponse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
@@ -31,6 +31,8 @@ from apps.agent_api.api.serializers import (
     BundleChunkAnswerSerializer,
     BundleCompleteAnswerSerializer,
     BundleCompleteSerializer,
+    BundleDirectAnswerSerializer,
+    BundleDirectSerializer,
     BundleErrorAnswerSerializer,
     BundleStatusAnswerSerializer,
     ErrorAnswerSerializer,
@@ -51,9 +53,11 @@ from apps.agent_api.api.serializers import (
 from apps.agent_api.reports import StaleAttempt, agent_log_append, agent_report, agent_reports_apply
 from apps.agent_api.samples import agent_samples_store
 from apps.agent_api.selectors import ended_attempts, node_may_fetch_upload, running_on, work_with_gang_stops
+from apps.artifacts.direct import bundle_direct_complete, bundle_direct_start
 from apps.artifacts.http import serve_file
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
+from apps.artifacts.storage import is_direct, object_store
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
 from apps.jobs.services.recovery import jobs_reconcile_heartbeat
@@ -245,8 +249,12 @@ class BundleView(AgentView):
     def get(self, request, job_id: int):
         lease = self.attempt_lease(job_id)
         bundle = Bundle.objects.filter(job=lease.job, attempt=lease.attempt, rank=lease.node_rank).first()
-        return Response({"received_bytes": bundle.received_bytes if bundle else 0,
-                         "complete": bool(bundle and bundle.completed_at)})
+        answer = {"received_bytes": bundle.received_bytes if bundle else 0,
+                  "complete": bool(bundle and bundle.completed_at)}
+        if is_direct():
+            answer.update(direct=True, verifying=bool(bundle and bundle.verifying_since),
+                          refused=bundle.refused if bundle else "")
+        return Response(answer)
 
     @agent_schema("One chunk of the bundle at a byte offset (header X-Content-Sha256: the chunk's sha256)",
                   request={"application/octet-stream": OpenApiTypes.BINARY},
@@ -259,6 +267,10 @@ class BundleView(AgentView):
             offset = int(request.query_params.get("offset", ""))
         except ValueError:
             return Response({"detail": "offset must be an integer"}, status=400)
+        if is_direct():
+            return Response({"detail": "this server keeps bundles in an object store: upload straight to it "
+                                       "(POST bundle/direct/; agents from issue 15 on)", "received_bytes": 0},
+                            status=400)
         try:
             received = bundle_put_chunk(job=lease.job, attempt=lease.attempt, rank=lease.node_rank,
                                         offset=offset, data=request.body,
@@ -277,15 +289,41 @@ class BundleCompleteView(AgentView):
         ser = BundleCompleteSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
+        complete = bundle_direct_complete if is_direct() else bundle_complete
         try:
-            bundle = bundle_complete(job=job, attempt=lease.attempt, rank=lease.node_rank,
-                                     size_bytes=data["size_bytes"], sha256=data["sha256"],
-                                     files=[dict(f) for f in data["files"]],
-                                     retention_days=job.spec["output"].get("retention_days")
-                                     or settings.E31_RETENTION_DAYS_DEFAULT)
+            bundle = complete(job=job, attempt=lease.attempt, rank=lease.node_rank,
+                              size_bytes=data["size_bytes"], sha256=data["sha256"],
+                              files=[dict(f) for f in data["files"]],
+                              retention_days=job.spec["output"].get("retention_days")
+                              or settings.E31_RETENTION_DAYS_DEFAULT)
         except ChunkError as exc:
             return _chunk_refused(exc)
+        if not bundle.completed_at:  # joined in the object store; verified by the side worker
+            return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "verifying": True},
+                            status=202)
         return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256})
+
+
+class BundleDirectView(AgentView):
+    @agent_schema("Start or resume the bundle's upload straight to the object store: signed part URLs",
+                  description="Only when GET bundle/ says `direct` (the site keeps files in an S3-compatible "
+                              "store). PUT each part to its URL, then POST bundle/complete/; resumable: the "
+                              "answer lists the parts the store holds.",
+                  parameters=[ATTEMPT], request=BundleDirectSerializer,
+                  responses={200: BundleDirectAnswerSerializer, **_BUNDLE_ERRORS})
+    def post(self, request, job_id: int):
+        lease = self.attempt_lease(job_id)
+        if not is_direct():
+            return Response({"detail": "this server takes bundles in chunks (PUT bundle/)", "received_bytes": 0},
+                            status=400)
+        ser = BundleDirectSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        try:
+            offer = bundle_direct_start(job=lease.job, attempt=lease.attempt, rank=lease.node_rank,
+                                        size_bytes=ser.validated_data["size_bytes"])
+        except ChunkError as exc:
+            return _chunk_refused(exc)
+        return Response(offer)
 
 
 class UploadDownloadView(AgentView):
@@ -296,6 +334,9 @@ class UploadDownloadView(AgentView):
         upload = Upload.objects.filter(pk=upload_id).first()
         if upload is None or not node_may_fetch_upload(self.node, upload):
             raise Http404
+        if is_direct():  # straight from the object store, with a URL signed for this request (Range works)
+            return HttpResponseRedirect(object_store().get_url(upload.file.name, filename=upload.name,
+                                                               content_type="application/octet-stream"))
         # serve_file streams 4 MiB blocks under ASGI (a FileResponse there was read whole into memory)
         resp = serve_file(request, upload.file, filename="", size=upload.size_bytes, etag=upload.sha256,
                           content_type="application/octet-stream")

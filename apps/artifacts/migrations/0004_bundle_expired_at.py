@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('artifacts', '0002_bundle_per_rank'),
+        ('artifacts', '0003_bundle_direct_upload'),
     ]
 
     operations = [
