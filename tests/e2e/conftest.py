@@ -19,15 +19,16 @@ def database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def live_stack(tmp_path, *, redis_url: str, web: int = 1, env: dict[str, str] | None = None):
+def live_stack(tmp_path, *, redis_url: str, web: int = 1, env: dict[str, str] | None = None, **shape):
     """A started :class:`LocalStack` (node-a 4 x H100, node-b 2 x A100, 2 s grace) on the test
     database; yields it once both agents registered, stops it after. ``env``: more environment
-    for every process (e.g. ``E31_STORAGE_URL``)."""
+    for every process (e.g. ``E31_STORAGE_URL``); ``shape``: more :class:`LocalStack` arguments
+    (``workers``, ``split_workers``, ``spread_agents``)."""
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
         pytest.fail("live-stack tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
     live = LocalStack(database_url=database_url(), redis_url=redis_url, var_dir=tmp_path / "var",
                       agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")], web=web,
-                      env={"E31_GRACE_S": "2", **(env or {})})
+                      env={"E31_GRACE_S": "2", **(env or {})}, **shape)
     live.start()
     try:
         live.wait_for(lambda: Gpu.objects.count() == 6, timeout=30)

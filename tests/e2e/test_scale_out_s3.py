@@ -1,7 +1,11 @@
-"""End to end with the files in an S3-compatible store (issue 15 item 1): real uvicorn, Celery worker and
-agents, ``E31_STORAGE_URL`` pointed at moto's server (tests/s3.py). The four examples run through the
-API: their inputs go to the store, agents fetch them from signed URLs, upload their bundles straight
-to the store, the side worker verifies them there, and downloads are redirects the store serves."""
+"""End to end in the scale-out shape with the files in an S3-compatible store (issue 15 items 1 and 4).
+
+Two uvicorn web processes and two Celery workers per queue on one PostgreSQL and Redis; node-a's
+agent talks to the first web process, node-b's to the second; ``E31_STORAGE_URL`` points at moto's
+server (tests/s3.py). The four examples go in through both web processes: their inputs go to the
+store, agents fetch them from signed URLs, upload their bundles straight to the store, a side worker
+verifies them there, and every bundle downloads, byte for byte, through either web process (a
+redirect the store serves)."""
 from __future__ import annotations
 
 import uuid
@@ -11,6 +15,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from apps.metering.models import Lease
 from tests.factories import UserFactory
 from tests.s3 import CREDENTIALS
 
@@ -29,23 +34,31 @@ def s3_stack(transactional_db, tmp_path, s3_endpoint):
     store.create_bucket(Bucket=bucket)
     redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}" if settings.REDIS_URL else ""
     env = {**CREDENTIALS, "E31_STORAGE_URL": f"s3://{bucket}?endpoint_url={s3_endpoint}&region=us-east-1"}
-    for live in live_stack(tmp_path, redis_url=redis_url, env=env):
+    for live in live_stack(tmp_path, redis_url=redis_url, env=env, web=2, workers=2, split_workers=True,
+                           spread_agents=True):
         yield live, store, bucket
 
 
-def test_the_four_examples_run_with_files_in_the_object_store(s3_stack):
+def test_the_four_examples_run_on_two_webs_and_two_workers_with_files_in_the_object_store(s3_stack):
     stack, store, bucket = s3_stack
-    api = token_client(stack.url, UserFactory(username="e2e-s3"))
-    ids = [pk for name in EXAMPLES for pk in submit_api(api, name)]
+    user = UserFactory(username="e2e-s3")
+    apis = [token_client(url, user) for url in stack.urls]
+    assert len(set(stack.urls)) == 2
+    ids = [pk for i, name in enumerate(EXAMPLES) for pk in submit_api(apis[i % 2], name)]
+    api = apis[0]
     jobs = wait_released(api, ids, timeout=300)
-    follow = httpx.Client(base_url=stack.url, headers=api.headers, timeout=30, follow_redirects=True)
     for job in jobs.values():
         assert job["outcome"] == "succeeded", (job["name"], job["status_message"],
                                                api.get(f"/api/v1/jobs/{job['id']}/logs/").text[-2000:])
-        redirect = api.get(f"/api/v1/jobs/{job['id']}/bundle/")
-        assert redirect.status_code == 302 and redirect.headers["location"].startswith(str(store.meta.endpoint_url))
-        check_bundle(follow, job)
+        for web in apis:
+            redirect = web.get(f"/api/v1/jobs/{job['id']}/bundle/")
+            assert redirect.status_code == 302
+            assert redirect.headers["location"].startswith(str(store.meta.endpoint_url))
+            check_bundle(httpx.Client(base_url=str(web.base_url), headers=web.headers, timeout=30,
+                                      follow_redirects=True), job)
         check_meter(job["id"])
+    # each agent, through its own web process, ran work
+    assert set(Lease.objects.filter(job_id__in=ids).values_list("node__name", flat=True)) == {"node-a", "node-b"}
     keys = [o["Key"] for o in store.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert len([k for k in keys if k.startswith("bundles/") and k.endswith("/bundle.tar")]) == len(ids)
     assert [k for k in keys if k.startswith("uploads/")]  # the examples' inputs
