@@ -222,24 +222,12 @@ def verify_archive_stream(source: Any, size: int, files: list[dict[str, Any]]) -
                 name = _member_name(member)
                 if name is None:
                     continue
-                if member.offset_data + member.size > size:
-                    raise BundleInvalid(f"archive member {name!r}: its data runs past the end of the archive")
+                entry = _member_entry(name, member, size, offsets, claimed)
                 reader.seek(member.offset_data)
-                if name == MANIFEST:
-                    if member.size > MANIFEST_MAX_BYTES:
-                        raise BundleInvalid(f"{MANIFEST} in the archive is over {MANIFEST_MAX_BYTES} bytes")
+                if entry is None:
                     manifest = reader.read(member.size)
                     continue
-                if name in offsets:
-                    raise BundleInvalid(f"archive member {name!r} appears twice")
-                entry = claimed.get(name)
-                if entry is None:
-                    raise BundleInvalid(f"archive member {name!r} is not in the manifest")
-                if member.size != entry["size_bytes"]:
-                    raise BundleInvalid(f"{name}: {member.size} bytes in the archive, "
-                                        f"{entry['size_bytes']} in the manifest")
-                if reader.sha256_next(member.size) != str(entry["sha256"]).lower():
-                    raise BundleInvalid(f"{name}: sha256 in the archive differs from the manifest")
+                _check_sha256(name, reader.sha256_next(member.size), entry)
                 offsets[name] = member.offset_data
             end = tar.offset
         reader.finish()
@@ -363,24 +351,11 @@ def _walk(fh: IO[bytes], size: int, claimed: dict[str, dict[str, Any]]) -> tuple
                 name = _member_name(member)
                 if name is None:
                     continue
-                end = member.offset_data + member.size
-                if end > size:
-                    raise BundleInvalid(f"archive member {name!r}: its data runs past the end of the archive")
-                if name == MANIFEST:
-                    if member.size > MANIFEST_MAX_BYTES:
-                        raise BundleInvalid(f"{MANIFEST} in the archive is over {MANIFEST_MAX_BYTES} bytes")
+                entry = _member_entry(name, member, size, offsets, claimed)
+                if entry is None:
                     manifest = os.pread(fd, member.size, member.offset_data)
                     continue
-                if name in offsets:
-                    raise BundleInvalid(f"archive member {name!r} appears twice")
-                entry = claimed.get(name)
-                if entry is None:
-                    raise BundleInvalid(f"archive member {name!r} is not in the manifest")
-                if member.size != entry["size_bytes"]:
-                    raise BundleInvalid(f"{name}: {member.size} bytes in the archive, "
-                                        f"{entry['size_bytes']} in the manifest")
-                if _sha256_range(fd, member.offset_data, member.size, buf) != str(entry["sha256"]).lower():
-                    raise BundleInvalid(f"{name}: sha256 in the archive differs from the manifest")
+                _check_sha256(name, _sha256_range(fd, member.offset_data, member.size, buf), entry)
                 offsets[name] = member.offset_data
             _check_trailer(fd, tar.offset, size)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
@@ -389,6 +364,37 @@ def _walk(fh: IO[bytes], size: int, claimed: dict[str, dict[str, Any]]) -> tuple
         raise BundleInvalid(f"not a readable tar: {exc}") from None
     return offsets, manifest
 
+
+
+def _member_entry(name: str, member: tarfile.TarInfo, size: int, offsets: dict[str, int],
+                  claimed: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The manifest entry archive member ``name`` claims to be, or None for the manifest itself.
+
+    Raises:
+        BundleInvalid: its data runs past the archive's ``size`` (bytes), the manifest is over
+            ``MANIFEST_MAX_BYTES``, the member appears twice or is not in the manifest, or its size
+            differs from the manifest's.
+    """
+    if member.offset_data + member.size > size:
+        raise BundleInvalid(f"archive member {name!r}: its data runs past the end of the archive")
+    if name == MANIFEST:
+        if member.size > MANIFEST_MAX_BYTES:
+            raise BundleInvalid(f"{MANIFEST} in the archive is over {MANIFEST_MAX_BYTES} bytes")
+        return None
+    if name in offsets:
+        raise BundleInvalid(f"archive member {name!r} appears twice")
+    entry = claimed.get(name)
+    if entry is None:
+        raise BundleInvalid(f"archive member {name!r} is not in the manifest")
+    if member.size != entry["size_bytes"]:
+        raise BundleInvalid(f"{name}: {member.size} bytes in the archive, {entry['size_bytes']} in the manifest")
+    return entry
+
+
+def _check_sha256(name: str, digest: str, entry: dict[str, Any]) -> None:
+    """Raises BundleInvalid when ``digest`` (hex) is not the manifest entry's sha256."""
+    if digest != str(entry["sha256"]).lower():
+        raise BundleInvalid(f"{name}: sha256 in the archive differs from the manifest")
 
 def _member_name(member: tarfile.TarInfo) -> str | None:
     """The member's checked name; None for a directory (skipped)."""
