@@ -6,7 +6,6 @@ the state machine, inside the scheduling cycle's transaction.
 """
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -26,6 +25,7 @@ from apps.scheduling.ports import Hold, JobInputs, PositionChange, QueuedJob
 from . import signals
 from .models import Job, JobEvent
 from .prestage import prestage_plan
+from .sources import is_uuid
 from .state import transition
 
 QUEUE_COLUMNS = ("id", "owner_id", "submitted_at", "gpus_per_node", "nodes", "time_limit_s", "priority_boost",
@@ -95,7 +95,7 @@ class DatabaseJobQueue:
                     upload_ids.add(source[len("upload:"):].strip())
         sizes: dict[str, int] = {}
         if upload_ids:
-            valid = [u for u in upload_ids if _is_uuid(u)]
+            valid = [u for u in upload_ids if is_uuid(u)]
             sizes = {f"upload:{pk}": size for pk, size in
                      Upload.objects.filter(pk__in=valid).values_list("pk", "size_bytes")}
         unknown = settings.E31_PRESTAGE_UNKNOWN_INPUT_BYTES
@@ -149,10 +149,3 @@ class DatabaseJobQueue:
         Job.objects.filter(pk__in=job_ids, state=JobState.RENTED, rented_at=stamped).update(rented_at=at)
         JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.RENTED, at=stamped).update(at=at)
 
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True

@@ -27,7 +27,7 @@ from apps.artifacts.retention import BATCH, Swept, Usage, object_delete, upload_
 from apps.core.choices import JobState
 
 from .models import Job, LogChunk
-from .sources import UPLOAD_REF
+from .sources import UPLOAD_REF, is_uuid
 
 LOGS_PREFIX = "logs"  # compacted logs are stored as logs/<job_id>/<name>
 
@@ -127,16 +127,9 @@ def uploads_lock(owner_id: int, sources: Iterable[str]) -> list[str]:
     if not ids:
         return []
     found = {str(pk) for pk in Upload.objects.select_for_update().filter(
-        owner_id=owner_id, pk__in=[i for i in ids if _is_uuid(i)]).values_list("pk", flat=True)}
+        owner_id=owner_id, pk__in=[i for i in ids if is_uuid(i)]).values_list("pk", flat=True)}
     return [source for key, source in ids.items() if key not in found]
 
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 # --- logs and half-received bundles ---------------------------------------------------------------

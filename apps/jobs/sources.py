@@ -17,6 +17,15 @@ from .models import Job
 UPLOAD_REF = re.compile(r"upload:([0-9a-fA-F-]{32,36})")
 
 
+def is_uuid(text: str) -> bool:
+    """Whether ``text`` parses as a UUID (an upload's primary key, in any of its spellings)."""
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 def source_words(job: Job, text: str) -> str:
     """``text`` with each ``upload:<uuid>`` of ``job``'s inputs replaced by
     ``"<file name>" (to <target>)``.
