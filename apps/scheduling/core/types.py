@@ -101,6 +101,11 @@ class PolicyConfig:
     start in the plan by time limits.
     ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
     :mod:`.priority` (0 turns it off).
+    ``keep_bounds`` (``e31``): a "no later than" bound once given is a promise the cycle keeps
+    (see :mod:`.core`); ``bound_slack_s``: a new job's bound is its start in the plan by time
+    limits plus this (a looser promise leaves the priority order more room).
+    ``estimate_order`` (``e31``): the likely plan places the jobs neither started nor reserved in
+    queue order (``queue``) or shortest planned run first (``shortest``, the order backfill tries them).
     Times in seconds.
     """
 
@@ -117,6 +122,9 @@ class PolicyConfig:
     guard_after_s: float | None = None
     weight_slowdown: float = 1000.0
     slowdown_max: float = 50.0
+    keep_bounds: bool = True
+    bound_slack_s: float = 0.0
+    estimate_order: str = "queue"
 
 
 @dataclass(frozen=True)
