@@ -407,7 +407,10 @@ class _Cycle:
         for job, start, b in self._bound_walk(stop_at_last_promise=False):
             if start is None:
                 continue
-            out[job.job_id] = b if b is not None and start <= b else float(math.ceil(start + (slack if b is None else 0)))
+            if b is not None and start <= b:
+                out[job.job_id] = b
+            else:
+                out[job.job_id] = float(math.ceil(start + (slack if b is None else 0.0)))
         return out
 
     def reason(self, job: JobRequest, position: int, why: str, start: float | None,
