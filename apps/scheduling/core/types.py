@@ -106,6 +106,8 @@ class PolicyConfig:
     limits plus this (a looser promise leaves the priority order more room).
     ``estimate_order`` (``e31``): the likely plan places the jobs neither started nor reserved in
     queue order (``queue``) or shortest planned run first (``shortest``, the order backfill tries them).
+    ``starved_order``: the jobs that waited ``starvation_s`` go first, in submit order (``fifo``) or
+    widest first, then by submit time (``widest``: a wide job cannot backfill, narrow ones can).
     Times in seconds.
     """
 
@@ -125,6 +127,7 @@ class PolicyConfig:
     keep_bounds: bool = True
     bound_slack_s: float = 0.0
     estimate_order: str = "queue"
+    starved_order: str = "fifo"
 
 
 @dataclass(frozen=True)
