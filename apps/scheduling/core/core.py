@@ -34,9 +34,13 @@ up nodes can ever hold it) and a reason in plain words, and a bound, "no
 later than" (issue 14 item 3): its start in the plan by time limits, in which
 what runs ends at its limit and every job ahead of it in the queue's order
 holds its whole limit from its own earliest start, none before a job ahead of
-it (list scheduling, no job filling a gap before it: Slurm's ``squeue --start``). It holds while no job is
-put ahead of this one (a later arrival of higher priority) and the
-reservations made hold; never earlier than the estimated start.
+it (list scheduling, no job filling a gap before it: Slurm's ``squeue --start``). Under ``fifo``
+and ``easy`` it holds while no job is put ahead of this one and the reservations made hold;
+never earlier than the estimated start. Under ``e31`` (``keep_bounds``, the default) the plan
+is in submit order and a bound once given is a promise the cycle keeps (:meth:`_Cycle.promise`):
+no job starts now that would put a promised job past its promise in that plan, and the
+likely start is never after the bound. It is broken only by what the plan cannot see (a node
+lost or drained, a run not ended at its limit).
 """
 from __future__ import annotations
 
