@@ -166,3 +166,15 @@ def test_the_api_and_the_job_page_show_both_times(owner, api, client, monkeypatc
     client.force_login(owner)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Likely start" in html and "No later than" in html
+
+
+def test_a_promise_a_lost_node_broke_blocks_nothing():
+    """A node lost (or drained) can break a promise: the plan cannot keep it, so it moves to the
+    plan's start (or is dropped when nothing up can hold the job) and blocks no other start."""
+    now = 10_000.0
+    nodes = [NodeView(1, "n1", "up", [GpuSlot(1, "H100", 81559)], 64, 10**6, 64, 10**6),
+             NodeView(2, "n2", "down", [GpuSlot(2, "H100", 81559)], 64, 10**6, 64, 10**6)]
+    wide = JobRequest(1, "a", now - 100, 1, 2, 300, predicted_runtime_s=50.0)  # promised when n2 was up
+    narrow = JobRequest(2, "b", now - 10, 1, 1, 300, predicted_runtime_s=50.0)
+    d = schedule([wide, narrow], nodes, now, "e31", promises={1: now})
+    assert [p.job_id for p in d.placements] == [2]

@@ -160,6 +160,14 @@ class _Cycle:
         ids = {j.job_id for j in queue}
         self.promises = {jid: float(b) for jid, b in promises.items() if jid in ids and b is not None}
         self.fifo = sorted(queue, key=lambda j: (j.submitted_at, j.job_id))
+        if self.promises:  # a promise the plan can no longer keep (a node lost) moves to the plan's start,
+            broken = [(job.job_id, start) for job, start, b in self._bound_walk()  # so it blocks nothing
+                      if b is not None and (start is None or start > b)]
+            for jid, start in broken:
+                if start is None:
+                    del self.promises[jid]
+                else:
+                    self.promises[jid] = float(math.ceil(start))
 
     def _bound_walk(self, extra: tuple[JobRequest, list[int]] | None = None,
                     stop_at_last_promise: bool = True):
