@@ -32,6 +32,9 @@ SETTINGS = {
     "starvation_s=12h": {"starvation_s": 12 * 3600.0},
     "reservation_depth=2": {"reservation_depth": 2},
     "weight_slowdown=0": {"weight_slowdown": 0.0},
+    "keep_bounds=off": {"keep_bounds": False},
+    "bound_slack_s=6h": {"bound_slack_s": 6 * 3600.0},
+    "starved_order=widest": {"starved_order": "widest"},
 }
 
 

@@ -258,7 +258,8 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             requests.append(request)
         policy = policy_config()
         decision = schedule(requests, views, now.timestamp(), policy,
-                            usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()})
+                            usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
+                            promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None})
         if decision.placements:
             queue.place([(p.job_id, p.nodes) for p in decision.placements], predicted_runtime_s=predicted, now=now)
             for node_id in {n for p in decision.placements for n, _ in p.nodes}:

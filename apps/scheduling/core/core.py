@@ -34,12 +34,17 @@ up nodes can ever hold it) and a reason in plain words, and a bound, "no
 later than" (issue 14 item 3): its start in the plan by time limits, in which
 what runs ends at its limit and every job ahead of it in the queue's order
 holds its whole limit from its own earliest start, none before a job ahead of
-it (list scheduling, no job filling a gap before it: Slurm's ``squeue --start``). It holds while no job is
-put ahead of this one (a later arrival of higher priority) and the
-reservations made hold; never earlier than the estimated start.
+it (list scheduling, no job filling a gap before it: Slurm's ``squeue --start``). Under ``fifo``
+and ``easy`` it holds while no job is put ahead of this one and the reservations made hold;
+never earlier than the estimated start. Under ``e31`` (``keep_bounds``, the default) the plan
+is in submit order and a bound once given is a promise the cycle keeps (:meth:`_Cycle.promise`):
+no job starts now that would put a promised job past its promise in that plan, and the
+likely start is never after the bound. It is broken only by what the plan cannot see (a node
+lost or drained, a run not ended at its limit).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -67,7 +72,8 @@ def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
 
 
 def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
-             policy: str | PolicyConfig = "fifo", usage: Mapping[str, float] | None = None) -> Decision:
+             policy: str | PolicyConfig = "fifo", usage: Mapping[str, float] | None = None,
+             promises: Mapping[int, float] | None = None) -> Decision:
     """Decide which queued jobs start now and what the others should expect.
 
     Args:
@@ -77,6 +83,9 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
         policy: ``fifo``, ``easy``, ``e31``, or a :class:`PolicyConfig`.
         usage: ``{account: decayed GPU-seconds}`` for fair share (``e31``
             only); see :class:`~.priority.UsageLedger`.
+        promises: ``{job id: epoch s}``, the "no later than" bound each queued job was last
+            given (``Pending.latest_start`` of the previous cycle, as shown to its owner); under
+            ``e31`` with ``keep_bounds`` the cycle keeps them (see :meth:`_Cycle.keeps_promises`).
 
     Returns:
         A :class:`Decision`: placements to start now; for every other job
@@ -93,6 +102,8 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
         cycle.run_backfill(order_fifo(queue), depth=1, shares={})
     else:
         order, shares = order_multifactor(queue, now, config, usage)
+        if config.keep_bounds:
+            cycle.promise(queue, promises or {})
         cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares,
                            shortest_first=config.backfill_order == "shortest")
     return cycle.decision
@@ -111,6 +122,10 @@ class _Cycle:
         self.reserved_units: set[int] = set()
         self.guard_units: set[int] = set()   # the head's units in the plan by time limits (see guard)
         self.constrained: set[int] = set()   # reserved or guarded units
+        self.keeping = False                 # bounds are promises (``e31`` with ``keep_bounds``)
+        self.promises: dict[int, float] = {}
+        self.fifo: list[JobRequest] = []     # the queue by (submit time, id): the order of the bound plan
+        self.started: set[int] = set()
 
     def planned(self, job: JobRequest) -> float:
         """Seconds the plan gives ``job``: its prediction under ``e31`` (capped by the time limit),
@@ -123,6 +138,106 @@ class _Cycle:
     def place(self, job: JobRequest, units: list[int]) -> None:
         nodes = self.pool.take_now(job, units, self.planned(job), float(job.time_limit_s))
         self.decision.placements.append(Placement(job.job_id, nodes))
+        self.started.add(job.job_id)
+
+    # --- the bound as a promise (issue 14 item 3) -----------------------------
+
+    def promise(self, queue: Sequence[JobRequest], promises: Mapping[int, float]) -> None:
+        """Keep the bounds given before: ``promises`` ``{job id: epoch s}`` of queued jobs.
+
+        The bound plan is list scheduling by time limits in submit order (what runs ends at its
+        limit, what starts now holds its limit, each queued job after those submitted before it,
+        none filling a gap before it; :class:`~.estimates.EstimateWalk`). A job's bound is its
+        start there when it is first given; after that the cycle keeps it: no job starts now if,
+        in that plan, a promised job would start after its promise (:meth:`keeps_promises`), and
+        a promised job the plan starts now is started now when waiting for the next cycle could
+        break a promise (:meth:`start_due`). Runs only end early (by their limits), which only
+        moves the plan earlier, so a kept plan stays kept. Conservative backfilling's guarantee
+        (Mu'alem and Feitelson 2001) given to every job, while the order of the queue stays
+        multifactor priority wherever the promises leave room.
+        """
+        self.keeping = True
+        ids = {j.job_id for j in queue}
+        self.promises = {jid: float(b) for jid, b in promises.items() if jid in ids and b is not None}
+        self.fifo = sorted(queue, key=lambda j: (j.submitted_at, j.job_id))
+        if self.promises:  # a promise the plan can no longer keep (a node lost) moves to the plan's start,
+            broken = [(job.job_id, start) for job, start, b in self._bound_walk()  # so it blocks nothing
+                      if b is not None and (start is None or start > b)]
+            for jid, start in broken:
+                if start is None:
+                    del self.promises[jid]
+                else:
+                    self.promises[jid] = float(math.ceil(start))
+
+    def _bound_walk(self, extra: tuple[JobRequest, list[int]] | None = None,
+                    stop_at_last_promise: bool = True):
+        """Yield ``(job, start in the bound plan or None, promise or None)`` in submit order for
+        every job not started this cycle; ``extra``: a job placed now on these units (a trial)."""
+        walk = EstimateWalk(self.pool, limits=True)
+        now, promises, started = self.now, self.promises, self.started
+        skip = None
+        if extra is not None:
+            job, units = extra
+            skip = job.job_id
+            walk._take(units, job.gpus_per_node, float(job.time_limit_s), now)
+        left = sum(1 for jid in promises if jid not in started and jid != skip)
+        for job in self.fifo:
+            jid = job.job_id
+            if jid in started or jid == skip:
+                continue
+            if stop_at_last_promise and left <= 0:
+                return
+            b = promises.get(jid)
+            if b is not None:
+                left -= 1
+            yield job, walk.place(job, float(job.time_limit_s), now), b
+
+    def keeps_promises(self, job: JobRequest, units: list[int]) -> bool:
+        """True if starting ``job`` now on ``units`` leaves every other promised job starting by
+        its promise in the bound plan."""
+        if not self.promises:
+            return True
+        for _other, start, b in self._bound_walk((job, units)):
+            if b is not None and (start is None or start > b):
+                return False
+        return True
+
+    def start_due(self) -> None:
+        """Start the promised jobs the bound plan starts now, if the slack of some promise is
+        shorter than the time to the next cycle the plan guarantees (the first end of a run by
+        its limit: a replay, and the live loop, run a cycle at every end). Until that end, jobs
+        the plan starts now and that wait delay every later job of the plan by at most the wait,
+        so while every promise has at least that much slack, none is broken."""
+        if not self.promises:
+            return
+        due, slack = [], math.inf
+        for job, start, b in self._bound_walk():
+            if b is None or start is None:
+                continue
+            slack = min(slack, b - start)
+            if start <= self.now:
+                due.append(job)
+        if not due or slack >= self.next_end() - self.now:
+            return
+        for job in due:
+            units, _why = self.pool.fit_now(job)
+            if units:
+                self.place(job, units)
+        gone = self.started
+        self.waiting = [w for w in self.waiting if w[0].job_id not in gone]
+        self.decision.reservations = [r for r in self.decision.reservations if r.job_id not in gone]
+
+    def next_end(self) -> float:
+        """The first end (epoch s) of what runs or starts now, by time limits; inf if nothing."""
+        now, first = self.now, math.inf
+        for unit in self.pool.units:
+            ends = unit.lends if unit.lends is not None else unit.ends
+            if ends and ends[0] < first:
+                first = ends[0]
+            for start, end, _count in unit.lholds:
+                if start <= now and end < first:
+                    first = end
+        return first
 
     # --- policies -------------------------------------------------------------
 
@@ -177,6 +292,8 @@ class _Cycle:
                 else:
                     self.waiting.append((job, why, None))
             self.waiting.sort(key=lambda w: rank[w[0].job_id])
+        if self.keeping:
+            self.start_due()
         self.finish(monotone=False, shares=shares)
 
     def try_now(self, job: JobRequest,
@@ -195,6 +312,9 @@ class _Cycle:
             units, why = self.pool.fit_now(job, self.allowed(job, planned, limit), self.constrained)
         else:
             units, why = self.pool.fit_now(job)
+        if units is not None and self.keeping and not self.keeps_promises(job, units):
+            failed.setdefault(shape, []).append((0.0, limit, "promise"))  # as long or longer fails too
+            return None, "promise"
         if units is None:
             if why == "reservation":
                 failed.setdefault(shape, []).append((planned, limit, why))
@@ -257,27 +377,59 @@ class _Cycle:
         ``monotone``: no job may start before one ahead of it (``fifo``).
         """
         walk = None
-        bounds = EstimateWalk(self.pool, limits=True) if self.waiting else None
+        bounds = EstimateWalk(self.pool, limits=True) if self.waiting and not self.keeping else None
+        kept = self.kept_bounds() if self.waiting and self.keeping else {}
         not_before = not_latest = self.now
         reserved_on = {r.job_id: tuple(n for n, _ in r.nodes) for r in self.decision.reservations}
+        likely: dict[int, tuple[float | None, tuple]] = {}
+        if self.predicting and self.config.estimate_order == "shortest" and self.waiting:
+            # the likely plan tries the jobs in the order the cycle does: shortest planned run first
+            walk = EstimateWalk(self.pool)
+            rest = sorted((self.planned(w[0]), position, w[0]) for position, w in enumerate(self.waiting)
+                          if w[2] is None)
+            for planned, _position, job in rest:
+                likely[job.job_id] = (walk.place(job, planned, self.now), walk.last_nodes)
         for position, (job, why, reserved) in enumerate(self.waiting, 1):
             start = reserved
             nodes = reserved_on.get(job.job_id, ())
-            if start is None:
+            if start is None and job.job_id in likely:
+                start, nodes = likely[job.job_id]
+            elif start is None:
                 walk = walk or EstimateWalk(self.pool)
                 start = walk.place(job, self.planned(job), not_before)
                 nodes = walk.last_nodes
-            latest = bounds.place(job, float(job.time_limit_s), not_latest)
-            if latest is not None:
-                not_latest = latest  # the bound never puts a job before one ahead of it
+            if bounds is None:
+                latest = kept.get(job.job_id)
+            else:
+                latest = bounds.place(job, float(job.time_limit_s), not_latest)
+                if latest is not None:
+                    not_latest = latest  # the bound never puts a job before one ahead of it
             if start is not None:
                 start = max(start, self.now)
                 if monotone:
                     not_before = start
-                latest = None if latest is None else max(latest, start)
+                if bounds is None:  # a kept bound is the promise: the likely start is never after it
+                    start = start if latest is None else min(start, latest)
+                else:
+                    latest = None if latest is None else max(latest, start)
             reason = self.reason(job, position, why, start, reserved, shares)
             self.decision.pending.append(Pending(job.job_id, position, start, reason, latest,
                                                  nodes if start is not None else ()))
+
+    def kept_bounds(self) -> dict[int, float]:
+        """``{job id: bound}`` of every job waiting: its promise, or (a new job, or a promise the
+        plan can no longer keep: a node lost) its start in the bound plan plus ``bound_slack_s``,
+        rounded up to the second (the live site stores whole seconds and passes them back)."""
+        out = {}
+        slack = self.config.bound_slack_s
+        for job, start, b in self._bound_walk(stop_at_last_promise=False):
+            if start is None:
+                continue
+            if b is not None and start <= b:
+                out[job.job_id] = b
+            else:
+                out[job.job_id] = float(math.ceil(start + (slack if b is None else 0.0)))
+        return out
 
     def reason(self, job: JobRequest, position: int, why: str, start: float | None,
                reserved: float | None, shares: dict[str, float]) -> str:

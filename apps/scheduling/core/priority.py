@@ -196,7 +196,9 @@ def order_multifactor(queue: Iterable[JobRequest], now: float, config: PolicyCon
 
     def key(job: JobRequest):
         if now - job.submitted_at >= config.starvation_s:
-            return (0, -job.priority_boost, job.submitted_at, job.job_id)
-        return (1, -priority(job, now, config, shares[job.account]), job.submitted_at, job.job_id)
+            if config.starved_order == "widest":
+                return (0, -job.priority_boost, -job.gpus_per_node * job.nodes, job.submitted_at, job.job_id)
+            return (0, -job.priority_boost, 0, job.submitted_at, job.job_id)
+        return (1, -priority(job, now, config, shares[job.account]), 0, job.submitted_at, job.job_id)
 
     return sorted(queue, key=key), shares

@@ -106,6 +106,13 @@ class PolicyConfig:
     start in the plan by time limits.
     ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
     :mod:`.priority` (0 turns it off).
+    ``keep_bounds`` (``e31``): a "no later than" bound once given is a promise the cycle keeps
+    (see :mod:`.core`); ``bound_slack_s``: a new job's bound is its start in the plan by time
+    limits plus this (a looser promise leaves the priority order more room).
+    ``estimate_order`` (``e31``): the likely plan places the jobs neither started nor reserved in
+    queue order (``queue``) or shortest planned run first (``shortest``, the order backfill tries them).
+    ``starved_order``: the jobs that waited ``starvation_s`` go first, in submit order (``fifo``) or
+    widest first, then by submit time (``widest``: a wide job cannot backfill, narrow ones can).
     Times in seconds.
     """
 
@@ -122,6 +129,10 @@ class PolicyConfig:
     guard_after_s: float | None = None
     weight_slowdown: float = 1000.0
     slowdown_max: float = 50.0
+    keep_bounds: bool = True
+    bound_slack_s: float = 0.0
+    estimate_order: str = "queue"
+    starved_order: str = "fifo"
 
 
 @dataclass(frozen=True)

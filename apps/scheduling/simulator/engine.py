@@ -92,12 +92,12 @@ class ReplayResult:
     core_s: float = 0.0
 
 
-def _accepts_usage(fn: Callable) -> bool:
+def _accepts(fn: Callable, name: str) -> bool:
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return True
-    return "usage" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: str | PolicyConfig = "e31", *,
@@ -119,7 +119,8 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
     """
     config = policy_config(policy)
     schedule_fn = schedule_fn or schedule
-    pass_usage = _accepts_usage(schedule_fn)
+    pass_usage = _accepts(schedule_fn, "usage")
+    pass_promises = _accepts(schedule_fn, "promises")
     arrivals = sorted(jobs, key=lambda j: (j.request.submitted_at, j.request.job_id))
     by_id: dict[int, ReplayJob] = {}
     for j in arrivals:
@@ -146,6 +147,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
     held: dict[int, list[int]] = {}  # running job -> its GPU ids
     running: list[tuple[float, int]] = []  # (end, job id)
     pending: dict[int, JobRequest] = {}
+    promises: dict[int, float] = {}  # the bound each queued job was last given, passed back (as live)
     pending_of: dict[str, dict[int, None]] = {}
     history: dict[str, list[float]] = {}
     dirty: set[str] = set()
@@ -194,6 +196,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         if req is None:
             raise RuntimeError(f"the core placed job {jid}, which is not queued")
         del pending_of[req.account][jid]
+        promises.pop(jid, None)
         gids = []
         for node_id, gpu_ids in placement_nodes:
             for gid in gpu_ids:
@@ -236,6 +239,8 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         kwargs = {"usage": ledger.snapshot(now)} if pass_usage else {}
         if staging is not None:
             staging.before_cycle(now)
+        if pass_promises:
+            kwargs["promises"] = promises
         t = time.perf_counter()
         decision = schedule_fn(list(pending.values()), views, now, config, **kwargs)
         dt = time.perf_counter() - t
@@ -253,8 +258,10 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
                     first[pend.job_id] = pend.estimated_start
         for pend in decision.pending:
             bound = pend.latest_start
-            if bound is not None and bound < latest_min.get(pend.job_id, inf):
-                latest_min[pend.job_id] = bound
+            if bound is not None:
+                promises[pend.job_id] = bound
+                if bound < latest_min.get(pend.job_id, inf):
+                    latest_min[pend.job_id] = bound
         # A run of 0 s ends at ``now``: the next turn of the loop finds its end at this same
         # instant, frees its GPUs and runs another pass, as an event-driven EASY does.
         if progress is not None and result.cycles % 500 == 0:
