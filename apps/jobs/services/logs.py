@@ -30,6 +30,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 
 from apps.jobs import signals
+from apps.jobs.logquery import LogQuery
 from apps.jobs.models import Job, LogChunk, LogStream
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,12 @@ class LogLine:
     stream: str
     at: datetime | None
     text: str
+    newline: bool = True  # False: the stream has not ended the line (yet)
+
+    @property
+    def stderr(self) -> bool:
+        """True for a line the command wrote to stderr."""
+        return self.stream == LogStream.STDERR
 
     def as_dict(self) -> dict:
         """The line as the API shows it (``at`` in ISO 8601)."""
@@ -197,7 +204,7 @@ def lines_of(pieces: Iterable[LogPiece], *, first_n: int = 1) -> list[LogLine]:
     """Split pieces into lines. A line a stream leaves open is continued by that stream's next
     piece (stdout and stderr interleave without mixing); lines are in order of their first byte."""
     open_: dict[str, tuple[int, datetime | None, bytearray]] = {}
-    done: list[tuple[int, str, datetime | None, bytes]] = []
+    done: list[tuple[int, str, datetime | None, bytes, bool]] = []
     for piece in pieces:
         start, at, buf = open_.pop(piece.stream, (piece.offset, piece.at, bytearray()))
         pos = 0
@@ -207,17 +214,17 @@ def lines_of(pieces: Iterable[LogPiece], *, first_n: int = 1) -> list[LogLine]:
             if nl < 0:
                 break
             buf += data[pos:nl]
-            done.append((start, piece.stream, at, bytes(buf)))
+            done.append((start, piece.stream, at, bytes(buf), True))
             pos = nl + 1
             start, at, buf = piece.offset + pos, piece.at, bytearray()
         if pos < len(data):
             buf += data[pos:]
             open_[piece.stream] = (start, at, buf)
     for stream, (start, at, buf) in open_.items():
-        done.append((start, stream, at, bytes(buf)))
+        done.append((start, stream, at, bytes(buf), False))
     done.sort(key=lambda line: line[0])
-    return [LogLine(first_n + i, start, stream, at, text.decode("utf-8", errors="replace"))
-            for i, (start, stream, at, text) in enumerate(done)]
+    return [LogLine(first_n + i, start, stream, at, text.decode("utf-8", errors="replace"), newline)
+            for i, (start, stream, at, text, newline) in enumerate(done)]
 
 
 @dataclass(frozen=True)
@@ -294,3 +301,18 @@ def log_compact(job_id: int) -> list[str]:
         if written:
             Job.objects.filter(pk=job.pk).update(log_objects=objects)
     return written
+
+
+def log_page_json(job: Job, query: LogQuery, page: LogPage) -> dict:
+    """A page of lines as the API answers it (SPEC §5 "Logs"): the query echoed, ``total``
+    matching lines, ``offset`` of this page, ``next_offset``/``prev_offset`` (None at an end),
+    ``compacted`` (read from the storage object) and the lines."""
+    end = page.offset + len(page.lines)
+    return {
+        "job": job.pk, "attempt": query.attempt, "rank": query.rank, "stream": query.stream or None,
+        "q": query.q, "total": page.total, "offset": page.offset, "limit": query.limit,
+        "next_offset": end if end < page.total else None,
+        "prev_offset": max(0, page.offset - query.limit) if page.offset > 0 else None,
+        "compacted": _compacted(job, query.attempt) is not None,
+        "lines": [line.as_dict() for line in page.lines],
+    }

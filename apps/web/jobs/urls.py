@@ -12,6 +12,7 @@ urlpatterns = [
     path("jobs/new/estimate/", views.job_estimate, name="estimate"),
     path("jobs/<id:pk>/", views.job_detail, name="detail"),
     path("jobs/<id:pk>/log/", views.job_log, name="log"),
+    path("jobs/<id:pk>/log/lines/", views.job_log_lines, name="log-lines"),
     path("jobs/<id:pk>/bundle/", views.job_bundle, name="bundle"),
     path("jobs/<id:pk>/files/<path:path>", views.job_file, name="file"),
     path("jobs/<id:pk>/download/<path:path>", views.job_file_download, name="file-download"),

@@ -25,14 +25,23 @@ from apps.artifacts.services import bundle_latest
 from apps.core.choices import JobState, Outcome
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
 from apps.jobs.examples import example_files, example_names
+from apps.jobs.logquery import LogQueryError, log_query_parse
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_filter_parse, job_own_or_404, jobs_of, jobs_search, log_read
 from apps.jobs.services.cancel import BulkCancelError, bulk_ids_parse, job_cancel, jobs_cancel_bulk
+from apps.jobs.services.logs import log_lines
 from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
 from apps.web.jobs.forms import JobForm, new_job_form
-from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
+from apps.web.jobs.fragments import (
+    array_row_context,
+    job_page_context,
+    list_row_context,
+    log_page_links,
+    render_array_row,
+    stamp_ms,
+)
 from apps.web.jobs.outputs import download_url, file_preview
 
 JOBS_PER_PAGE = 50
@@ -156,6 +165,25 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = job_own_or_404(request.user, pk)
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
+    })
+
+
+@login_required
+@require_GET
+def job_log_lines(request: HttpRequest, pk: int) -> HttpResponse:
+    """The whole kept log paged by lines, with stdout and stderr told apart, timestamps, a
+    stream filter and a server-side search (``?q=``, literal); 500 lines a page, last page first."""
+    job = job_own_or_404(request.user, pk)
+    try:
+        query = log_query_parse(request.GET, job, lines=True)
+    except LogQueryError as exc:
+        return render(request, "jobs/log.html", {"job": job, "error": exc, "attempts": range(1, job.attempt + 1)},
+                      status=400)
+    page = log_lines(job, query.attempt, query.rank, stream=query.stream or None, q=query.q,
+                     offset=query.offset, limit=query.limit)
+    return render(request, "jobs/log.html", {
+        "job": job, "query": query, "page": page, **log_page_links(query, page),
+        "attempts": range(1, job.attempt + 1), "ranks": range(job.nodes),
     })
 
 
