@@ -236,6 +236,11 @@ class LogPage:
     total: int
     offset: int
 
+    @property
+    def end(self) -> int:
+        """Matching lines up to the end of this page."""
+        return self.offset + len(self.lines)
+
 
 def log_lines(job: Job, attempt: int, rank: int = 0, *, stream: str | None = None, q: str = "",
               offset: int | None = None, limit: int = 500) -> LogPage:
