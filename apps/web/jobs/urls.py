@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<id:pk>/files/<path:path>", views.job_file, name="file"),
     path("jobs/<id:pk>/download/<path:path>", views.job_file_download, name="file-download"),
     path("jobs/<id:pk>/cancel/", views.job_cancel_view, name="cancel"),
+    path("jobs/<id:pk>/rerun/", views.job_rerun_view, name="rerun"),
     path("arrays/<id:pk>/", views.array_detail, name="array"),
     path("arrays/<id:pk>/cancel/", views.array_cancel_view, name="array-cancel"),
 ]
