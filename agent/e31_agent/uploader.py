@@ -62,6 +62,7 @@ def upload_bundle(
                     sha256=bundle.sha256,
                     files=bundle.files,
                     abort=abort,
+                    unmatched=list(bundle.unmatched),
                 )
                 return
             except OffsetMismatch as exc:

@@ -95,6 +95,11 @@ class Job(models.Model):
         help_text="Logs compacted at release into one storage object per attempt: "
                   "{attempt: {\"name\": \"logs/<job_id>/attempt-<n>.jsonl.gz\", \"sizes\": {rank: bytes}}} "
                   "(apps.jobs.services.logs.log_compact).")
+    outputs_unmatched = models.JSONField(
+        null=True, blank=True,
+        help_text="Declared outputs that matched no file, as the agents said when packing: "
+                  "{\"attempt\": n, \"ranks\": {rank: [path or glob, ...]}}; null: not said (an older "
+                  "agent, or not packed yet) (apps.jobs.services.outputs).")
     event_seq = models.PositiveIntegerField(default=0, help_text="Seq of the last event (a version).")
 
     array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="jobs",

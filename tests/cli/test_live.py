@@ -219,7 +219,7 @@ def test_logs_of_one_stream_and_the_page_search(live, tmp_path):
     lines = json.loads(live.e31("--json", "logs", str(job_id)).stdout.splitlines()[0])
     assert "out 1" in lines["text"]
     page = httpx.get(f"{live.url}/api/v1/jobs/{job_id}/logs/", params={"q": "a.b"},
-                     headers={"Authorization": f"Bearer {live.token}"}).json()
+                     headers={"Authorization": f"Token {live.token}"}).json()
     assert [(x["stream"], x["text"]) for x in page["lines"]] == [("stderr", "err a.b")]
     assert page["lines"][0]["at"] and page["compacted"]  # released: read from the storage object
 

@@ -53,6 +53,7 @@ from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services.outputs import outputs_unmatched_record
 from apps.jobs.services.recovery import jobs_reconcile_heartbeat
 from apps.metering.models import Lease
 from apps.metering.services import fences_confirm, leases_seen
@@ -269,6 +270,9 @@ class BundleCompleteView(AgentView):
                                      or settings.E31_RETENTION_DAYS_DEFAULT)
         except ChunkError as exc:
             return _chunk_refused(exc)
+        if "unmatched" in data:
+            outputs_unmatched_record(job_id=job.pk, attempt=lease.attempt, rank=lease.node_rank,
+                                     patterns=list(data["unmatched"]))
         return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256})
 
 

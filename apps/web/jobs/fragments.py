@@ -34,6 +34,7 @@ from apps.jobs.models import Job, JobArray
 from apps.jobs.prestage import staging_progress
 from apps.jobs.selectors import end_detail
 from apps.jobs.services.logs import LogLine, LogPage, LogPiece, lines_of, log_pieces
+from apps.jobs.services.outputs import unmatched_where
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
 from apps.metering.selectors import job_money
@@ -145,7 +146,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
         "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
-        "end_detail": end_detail(job),
+        "end_detail": end_detail(job), "outputs_unmatched": unmatched_where(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles,
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
