@@ -125,6 +125,7 @@ def test_a_job_goes_from_accept_to_finished(node):
         streams[stream] += body
         assert at is not None and abs(float(at) - time.time()) < 120
     assert streams == {"stdout": b"hello\ninput data\n", "stderr": b"oops\n"}
+    assert server.state.completed[(12, 1)]["unmatched"] == []  # every declared output matched
     files = bundle_files(server, 12)
     assert files["out/gpus.txt"] == b"GPU-0,GPU-1\n" and files["out/sub/s.txt"] == b"7-12\n"
     # sandboxed: as root, jobs run as a slot user of their own; else as the agent's user in a user namespace
