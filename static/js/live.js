@@ -184,8 +184,13 @@
     var span = document.createElement("span");
     span.className = "log-line" + (stream === "stderr" ? " log-err" : "");
     if (stream === "stderr") span.title = "stderr";
-    var before = pre.textContent;
-    var atLineStart = before === "" || before.charAt(before.length - 1) === "\n";
+    // data-open: the text shown ends inside a line ("1") or not ("0"); read once from the text
+    if (!pre.hasAttribute("data-open")) {
+      var before = pre.textContent;
+      pre.setAttribute("data-open", before === "" || before.charAt(before.length - 1) === "\n" ? "0" : "1");
+    }
+    var atLineStart = pre.getAttribute("data-open") === "0";
+    if (text) pre.setAttribute("data-open", text.charAt(text.length - 1) === "\n" ? "0" : "1");
     var parts = text.split("\n");
     parts.forEach(function (part, i) {
       if (i > 0) span.appendChild(document.createTextNode("\n"));
