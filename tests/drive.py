@@ -100,9 +100,11 @@ class Agent:
         self.start(staging_s=staging_s)
         return self.end(exit_code, reason, files, run_s=run_s, output_s=output_s)
 
-    def log(self, data: bytes, offset: int = 0) -> None:
-        agent_log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
-                   offset=offset, data=data)
+    def log(self, data: bytes, offset: int = 0, *, stream: str = "combined", at=None) -> int:
+        """Post log bytes as the agent does (``stream``/``at`` as a stream-aware agent says them);
+        returns the size the server holds."""
+        return agent_log_append(node=self.lease.node, job_id=self.job.pk, attempt=self.job.attempt,
+                                offset=offset, data=data, stream=stream, at=at)
 
     def bundle(self, files: dict[str, bytes], *, packer: bool = False) -> bytes:
         """Pack ``files`` and upload the archive; returns its bytes. By default a ``tar.gz``

@@ -48,6 +48,7 @@ from .client import Aborted, ApiClient, ApiError
 from .config import AgentConfig, Workdir
 from .inventory import collect, gpu_health
 from .job import JobRun
+from .logindex import index_path
 from .models import Inventory, JobRef, RegisterAnswer, WorkAnswer
 from .paths import remove_tree
 from .prestage import Prestager, start_prestager
@@ -419,6 +420,7 @@ class Agent:
                     keep_markers.add(process.marker)
                 keep_jobs.add(str(ref.job_id))
                 keep_files.update({self.workdir.log_path(*_pair(ref)).name,
+                                   index_path(self.workdir.log_path(*_pair(ref))).name,
                                    self.workdir.bundle_path(*_pair(ref)).name})
                 continue
             log.warning("%s: lost with an earlier agent (%s); the server will requeue it", ref, why)

@@ -95,6 +95,7 @@ class Bundle:
 
     ``not_packed``: declared files left out, each ``"path (why)"`` (a hard link
     to a file outside the job dir, a file gone or unreadable while packing).
+    ``unmatched``: the declared output paths/globs that matched no file, as declared.
     """
 
     path: Path
@@ -102,6 +103,7 @@ class Bundle:
     sha256: str
     files: list[FileEntry]
     not_packed: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -274,8 +276,12 @@ def pack(
     that shrank while read) and ``OSError``.
     """
     limits = limits or OutputLimits.from_env()
-    regexes = [glob_regex(p) for p in check_patterns(patterns)]
+    declared = check_patterns(patterns)
+    regexes = [glob_regex(p) for p in declared]
     files, links_inside = _collect(job_dir, regexes) if regexes else ([], {})
+    unmatched = unmatched_patterns(declared, regexes, [rel for rel, _path, _st in files])
+    if unmatched:
+        log.warning("declared outputs that matched no file: %s", ", ".join(unmatched))
     caps = [c for c in (max_bytes, limits.max_bytes) if c is not None]
     cap = min(caps) if caps else None
     total = sum(st.st_size for _rel, _path, st in files)
@@ -296,7 +302,16 @@ def pack(
         else:
             wanted.append(rel)
     bundle = _write(bundle_path, root, wanted, job_id=job_id, budget=cap, links_inside=links_inside)
-    return Bundle(bundle.path, bundle.size_bytes, bundle.sha256, bundle.files, (*not_packed, *bundle.not_packed))
+    return Bundle(bundle.path, bundle.size_bytes, bundle.sha256, bundle.files, (*not_packed, *bundle.not_packed),
+                  unmatched)
+
+
+def unmatched_patterns(patterns: list[str], regexes: list[re.Pattern[str]], rels: list[str]) -> tuple[str, ...]:
+    """The declared ``patterns`` (each compiled in ``regexes``) that match none of the files
+    found (``rels``, relative to the job dir; a file matches a pattern that names it or one of
+    its parent directories, as packing does)."""
+    return tuple(p.strip() for p, rx in zip(patterns, regexes, strict=True) if not any(_matches(rel, [rx])
+                                                                                    for rel in rels))
 
 
 def _write(bundle_path: Path, root: str, rels: list[str], *, job_id: int, budget: int | None,

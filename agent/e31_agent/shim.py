@@ -23,8 +23,9 @@ the shim again when it starts and takes the job up where it was
    that double-forked and called ``setsid``, is re-parented to the shim
    rather than to init and stays findable as the shim's descendant;
 3. starts the command in a new session (its own process group, led by the
-   shell), stdin from ``/dev/null``, stdout and stderr appended to
-   ``log_path``; writes ``child.json`` ``{"pid": shell pid}``;
+   shell), stdin from ``/dev/null``, stdout and stderr through two pipes
+   copied to ``log_path`` with an index of which stream each read came from
+   and when (:mod:`e31_agent.logindex`); writes ``child.json`` ``{"pid": shell pid}``;
 4. reaps every child; when the shell ends writes ``exit.json``
    ``{"exit_code": N}`` (shell terms: 128 + N after signal N);
 5. exits once it has no child left. Processes the shell left behind keep
@@ -57,6 +58,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from .logindex import StreamCopier
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -214,18 +217,26 @@ def run(run_dir: Path) -> int:
                     for a in argv]
     elif launch.get("uid") is not None and os.geteuid() == 0:
         kwargs.update(user=int(launch["uid"]), group=int(launch["gid"]), extra_groups=[])
-    with open(launch["log_path"], "ab") as out:
+    # stdout and stderr through pipes of their own, copied to the log with an index saying
+    # which stream each read came from and when (e31_agent.logindex).
+    copier = StreamCopier(launch["log_path"])
+    out_r, out_w, err_r, err_w = copier.pipes()
+    try:
         child = subprocess.Popen(
             argv,
             cwd=launch["cwd"],
             env=launch["env"],
             stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdout=out_w,
+            stderr=err_w,
             start_new_session=True,
             close_fds=True,
             **kwargs,
         )
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    copier.start(out_r, err_r)
     if prepared is not None:
         prepared.after_fork()
         try:
@@ -233,6 +244,7 @@ def run(run_dir: Path) -> int:
         except OSError as exc:
             child.kill()
             child.wait()
+            copier.join(2.0)
             with open(launch["log_path"], "rb") as fh:  # bubblewrap says why it ended, if it did
                 fh.seek(max(0, os.fstat(fh.fileno()).st_size - 300))
                 said = fh.read().decode(errors="replace").strip().replace("\n", " | ")
@@ -251,11 +263,13 @@ def run(run_dir: Path) -> int:
         try:
             pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
+            copier.join(5.0)  # what the last writers left in the pipes
             return 0
         except InterruptedError:
             continue
         if pid == child.pid:
             child.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
+            copier.join(2.0)  # the output written before the end is in the log before exit.json
             result: dict[str, Any] = {"exit_code": _shell_terms(status)}
             if stopped.get("reason"):
                 result["stopped"] = stopped["reason"]

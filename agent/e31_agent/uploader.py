@@ -76,6 +76,7 @@ def upload_bundle(
                     sha256=bundle.sha256,
                     files=bundle.files,
                     abort=abort,
+                    unmatched=list(bundle.unmatched),
                 )
                 return
             except OffsetMismatch as exc:
@@ -203,7 +204,7 @@ def upload_direct(
             _put_parts(bundle, offer["parts"], threads, stop)
             try:
                 client.bundle_complete(job_id, attempt, size_bytes=bundle.size_bytes, sha256=bundle.sha256,
-                                       files=bundle.files, abort=abort)
+                                       files=bundle.files, abort=abort, unmatched=list(bundle.unmatched))
             except OffsetMismatch as exc:
                 if n == PASSES:
                     raise UploadError(f"the store holds {exc.received_bytes} bytes of {bundle.size_bytes}") from None

@@ -287,7 +287,8 @@ _HANDLERS = {
 }
 
 
-def agent_log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: bytes) -> int:
+def agent_log_append(*, node: Node, job_id: int, attempt: int, offset: int, data: bytes,
+                     stream: str = "combined", at: datetime | None = None) -> int:
     """Store log bytes ``node``'s agent sent for its rank of the attempt at byte ``offset``
     (:func:`apps.jobs.services.logs.log_append`; bytes already stored are skipped).
 
@@ -299,4 +300,5 @@ def agent_log_append(*, node: Node, job_id: int, attempt: int, offset: int, data
     """
     with transaction.atomic():
         rank = lease_for(node, job_id, attempt).node_rank
-        return log_append(job_id=job_id, attempt=attempt, rank=rank, offset=offset, data=data)
+        return log_append(job_id=job_id, attempt=attempt, rank=rank, offset=offset, data=data,
+                          stream=stream, at=at)

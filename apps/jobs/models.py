@@ -90,6 +90,16 @@ class Job(models.Model):
     staging_updated_at = models.DateTimeField(null=True, blank=True, help_text="Last staging report (server clock).")
     log_size = models.BigIntegerField(default=0, help_text="Bytes of log kept for this attempt.")
     log_truncated = models.BooleanField(default=False)
+    log_objects = models.JSONField(
+        default=dict, blank=True,
+        help_text="Logs compacted at release into one storage object per attempt: "
+                  "{attempt: {\"name\": \"logs/<job_id>/attempt-<n>.jsonl.gz\", \"sizes\": {rank: bytes}}} "
+                  "(apps.jobs.services.logs.log_compact).")
+    outputs_unmatched = models.JSONField(
+        null=True, blank=True,
+        help_text="Declared outputs that matched no file, as the agents said when packing: "
+                  "{\"attempt\": n, \"ranks\": {rank: [path or glob, ...]}}; null: not said (an older "
+                  "agent, or not packed yet) (apps.jobs.services.outputs).")
     event_seq = models.PositiveIntegerField(default=0, help_text="Seq of the last event (a version).")
 
     array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="jobs",
@@ -190,6 +200,14 @@ class JobEvent(models.Model):
         return f"{self.job_id}#{self.seq} {self.from_state}->{self.to_state}"
 
 
+class LogStream(models.TextChoices):
+    """Which output stream of the command a log chunk came from."""
+
+    STDOUT = "stdout", "stdout"
+    STDERR = "stderr", "stderr"
+    COMBINED = "combined", "stdout and stderr"
+
+
 class LogChunk(models.Model):
     """Bytes ``[offset, offset + len(data))`` of one attempt's combined log on node rank ``node_rank``.
 
@@ -202,6 +220,12 @@ class LogChunk(models.Model):
     node_rank = models.PositiveIntegerField(default=0)
     offset = models.BigIntegerField()
     data = models.BinaryField()
+    stream = models.CharField(max_length=8, choices=LogStream.choices, default=LogStream.COMBINED,
+                              help_text="The stream the bytes came from; an agent that does not say "
+                                        "sends 'combined' (stdout and stderr together).")
+    at = models.DateTimeField(null=True, blank=True,
+                              help_text="When the agent read the chunk's first bytes (agent clock); "
+                                        "null from an agent that does not say.")
 
     class Meta:
         ordering = ["job", "attempt", "offset"]

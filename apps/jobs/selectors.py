@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 
 from apps.core.choices import JobState, Outcome
 
-from .models import Job, LogChunk
+from .models import Job
+from .services.logs import log_bytes
 
 
 def jobs_of(user) -> QuerySet[Job]:
@@ -109,18 +109,9 @@ def job_own_or_404(user, pk: int) -> Job:
 def log_read(job: Job, offset: int = 0, limit: int = 1024 * 1024, attempt: int | None = None,
              rank: int = 0) -> bytes:
     """Bytes of the job's log on node rank ``rank`` from ``offset`` (at most ``limit``), current
-    attempt by default."""
-    attempt = attempt or job.attempt
-    chunks = LogChunk.objects.filter(job=job, attempt=attempt, node_rank=rank,
-                                     offset__lt=offset + limit).order_by("offset")
-    out = bytearray()
-    for chunk in chunks.filter(offset__gte=max(0, offset - settings.E31_LOG_MAX_BYTES)):
-        data = bytes(chunk.data)
-        end = chunk.offset + len(data)
-        if end <= offset:
-            continue
-        out += data[max(0, offset - chunk.offset):]
-    return bytes(out[:limit])
+    attempt by default; from the database or, once compacted, from the log's storage object
+    (:func:`apps.jobs.services.logs.log_bytes`)."""
+    return log_bytes(job, attempt or job.attempt, rank, offset=offset, limit=limit)[0]
 
 
 def job_visible_or_404(user, pk: int) -> Job:

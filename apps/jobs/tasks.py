@@ -5,6 +5,7 @@ from celery import shared_task
 
 from apps.pool.services import nodes_mark_lost
 
+from .services.logs import log_compact
 from .services.time_limits import jobs_enforce_time_limits
 
 
@@ -13,3 +14,9 @@ def node_watch_task() -> None:
     """Mark silent nodes down, requeue their jobs; end jobs past their time limit."""
     nodes_mark_lost()
     jobs_enforce_time_limits()
+
+
+@shared_task(ignore_result=True)
+def log_compact_task(job_id: int) -> None:
+    """Compact a released job's log chunks into one storage object per attempt."""
+    log_compact(job_id)

@@ -150,11 +150,14 @@ def pool_changed() -> None:
     _once_on_commit("pool", lambda: publish(POOL_GROUP, {"page": "pool", "id": 0}))
 
 
-def log_chunk_added(job_id: int, *, attempt: int, offset: int, data: bytes, log_size: int) -> None:
-    """After commit: send ``data``, stored at byte ``offset`` of the attempt's log, to the job page."""
+def log_chunk_added(job_id: int, *, attempt: int, offset: int, data: bytes, log_size: int,
+                    stream: str = "combined", at: str | None = None) -> None:
+    """After commit: send ``data``, stored at byte ``offset`` of the attempt's log, to the job page
+    (``stream``: stdout/stderr/combined; ``at``: the agent's time of the bytes, ISO 8601, or None)."""
     def send() -> None:
         _offer(job_group(job_id), {"type": LOG_MESSAGE_TYPE, "job": job_id, "attempt": attempt, "offset": offset,
-                                   "data": bytes(data), "version": log_size}, coalesce=False)
+                                   "data": bytes(data), "version": log_size, "stream": stream, "at": at},
+               coalesce=False)
 
     transaction.on_commit(send, robust=True)
 

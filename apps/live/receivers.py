@@ -7,6 +7,7 @@ Each runs inside the sender's transaction and defers its push to the commit
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import transaction
 
@@ -29,8 +30,10 @@ def on_pool_changed(**_: object) -> None:
     push.pool_changed()
 
 
-def on_log_appended(*, job_id: int, attempt: int, offset: int, data: bytes, log_size: int, **_: object) -> None:
-    push.log_chunk_added(job_id, attempt=attempt, offset=offset, data=data, log_size=log_size)
+def on_log_appended(*, job_id: int, attempt: int, offset: int, data: bytes, log_size: int,
+                    stream: str = "combined", at: datetime | None = None, **_: object) -> None:
+    push.log_chunk_added(job_id, attempt=attempt, offset=offset, data=data, log_size=log_size,
+                         stream=stream, at=at.isoformat() if at else None)
 
 
 def on_queue_changed(*, changes: Iterable[tuple[int, int]], **_: object) -> None:

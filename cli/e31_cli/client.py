@@ -153,10 +153,14 @@ class Api:
         """``GET /jobs/{id}/events/``: the timeline, oldest first."""
         return self.json("GET", f"/jobs/{job_id}/events/")
 
-    def log(self, job_id: int, offset: int, attempt: int | None = None) -> tuple[bytes, int]:
-        """Log bytes of ``job_id`` from byte ``offset``, and the next offset."""
+    def log(self, job_id: int, offset: int, attempt: int | None = None,
+            stream: str | None = None) -> tuple[bytes, int]:
+        """Log bytes of ``job_id`` from byte ``offset``, and the next offset (``stream``:
+        "stdout"/"stderr" keeps that stream's bytes only; the next offset still moves over both)."""
         params: dict[str, Any] = {"offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
+        if stream:
+            params["stream"] = stream
         resp = self.request("GET", f"/jobs/{job_id}/logs/", params=params)
         return resp.content, int(resp.headers.get("X-Next-Offset", offset + len(resp.content)))

@@ -31,13 +31,15 @@ def write_raw(data: bytes) -> None:
 
 
 def follow_job(api: Api, out: Out, job_id: int, *, log: Callable[[dict[str, Any]], None] | None = None,
-               from_offset: int = 0, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+               from_offset: int = 0, sleep: Callable[[float], None] = time.sleep,
+               stream: str | None = None) -> dict[str, Any]:
     """Poll job ``job_id`` until it is released, passing each new log chunk to ``log``.
 
     Args:
         log: called with ``{"job_id", "attempt", "offset", "next_offset", "data": bytes}`` per
             chunk; None: the log is not read.
         from_offset: the byte of the current attempt's log to start from.
+        stream: "stdout" or "stderr": only that stream's bytes are passed on.
 
     Returns:
         The released job (``GET /jobs/{id}/``).
@@ -60,10 +62,11 @@ def follow_job(api: Api, out: Out, job_id: int, *, log: Callable[[dict[str, Any]
             out.note(f"[dim]job {job_id}: {state_text(job)}{extra}[/]")
         if log is not None:
             while True:  # the server answers at most 1 MiB per call
-                data, nxt = api.log(job_id, offset, attempt)
-                if not data:
+                data, nxt = api.log(job_id, offset, attempt, stream) if stream else api.log(job_id, offset, attempt)
+                if nxt <= offset:
                     break
-                log({"job_id": job_id, "attempt": attempt, "offset": offset, "next_offset": nxt, "data": data})
+                if data:
+                    log({"job_id": job_id, "attempt": attempt, "offset": offset, "next_offset": nxt, "data": data})
                 offset = nxt
         if job["state"] == "released" and (log is None or offset >= (job.get("log_size") or 0)):
             return job

@@ -282,6 +282,8 @@ class BundleCompleteRequest(TypedDict):
     size_bytes: int
     sha256: str
     files: list[ManifestFile]
+    # declared output paths/globs that matched no file (issue 16); absent from older agents
+    unmatched: NotRequired[list[str]]
 
 
 class BundleCompleteResponse(TypedDict):

@@ -175,6 +175,38 @@
     });
   }
 
+  /** The chunk's text as the tail shows lines (jobs/_logline.html): stderr marked, the agent's
+   *  time at the start of each line the chunk begins. */
+  function logSpan(pre, chunk) {
+    var text = chunk.content.textContent;
+    var stream = chunk.getAttribute("data-stream");
+    var at = chunk.getAttribute("data-at");
+    var span = document.createElement("span");
+    span.className = "log-line" + (stream === "stderr" ? " log-err" : "");
+    if (stream === "stderr") span.title = "stderr";
+    // data-open: the text shown ends inside a line ("1") or not ("0"); read once from the text
+    if (!pre.hasAttribute("data-open")) {
+      var before = pre.textContent;
+      pre.setAttribute("data-open", before === "" || before.charAt(before.length - 1) === "\n" ? "0" : "1");
+    }
+    var atLineStart = pre.getAttribute("data-open") === "0";
+    if (text) pre.setAttribute("data-open", text.charAt(text.length - 1) === "\n" ? "0" : "1");
+    var parts = text.split("\n");
+    parts.forEach(function (part, i) {
+      if (i > 0) span.appendChild(document.createTextNode("\n"));
+      if (i === parts.length - 1 && part === "") return;  // the chunk ended its last line
+      if (at && (i > 0 || atLineStart)) {
+        var time = document.createElement("time");
+        time.className = "log-ts";
+        time.setAttribute("datetime", chunk.getAttribute("data-at-iso") || "");
+        time.textContent = at + " ";
+        span.appendChild(time);
+      }
+      span.appendChild(document.createTextNode(part));
+    });
+    return span;
+  }
+
   function appendChunk(chunk) {
     var pre = document.getElementById(chunk.getAttribute("data-log-chunk"));
     if (!pre) return;
@@ -187,7 +219,7 @@
     if (offset > shown) { requestSnapshot(); return; }   // a chunk was missed
     if (offset < shown) return;                            // already shown
     keepPlace();
-    pre.appendChild(document.createTextNode(chunk.content.textContent));
+    pre.appendChild(logSpan(pre, chunk));
     pre.setAttribute("data-end", chunk.getAttribute("data-end"));
     var section = pre.closest("section");
     if (section) {

@@ -32,6 +32,8 @@ class State:
     seqs: set[tuple[int, int, int]] = field(default_factory=set)
     logs: dict[tuple[int, int], bytearray] = field(default_factory=lambda: defaultdict(bytearray))
     log_cap: int = 10 * 1024 * 1024
+    # every log post: (job_id, attempt, offset, bytes, stream or None, at or None)
+    log_posts: list[tuple[int, int, int, bytes, str | None, str | None]] = field(default_factory=list)
     bundles: dict[tuple[int, int], bytearray] = field(
         default_factory=lambda: defaultdict(bytearray)
     )
@@ -251,6 +253,7 @@ class Handler(BaseHTTPRequestHandler):
         if rest == ["log"]:
             offset = int(q["offset"])
             with st.lock:
+                st.log_posts.append((job_id, attempt, offset, bytes(body), q.get("stream"), q.get("at")))
                 stored = st.logs[key]
                 if offset > len(stored):
                     return self._answer(409, self._error("offset past the end", "log_refused"))

@@ -6,6 +6,7 @@ import os
 import subprocess
 import tarfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,15 @@ def test_a_job_goes_from_accept_to_finished(node):
     assert [r["seq"] for r in reports] == list(range(1, len(reports) + 1))
     exited = reports[-2]
     assert (exited["exit_code"], exited["reason"]) == (0, "exit")
-    assert bytes(server.state.logs[(12, 1)]) == b"hello\ninput data\noops\n"
+    assert sorted(bytes(server.state.logs[(12, 1)]).splitlines()) == [b"hello", b"input data", b"oops"]
+    # each post holds one stream's bytes and says which, with the node-clock time it was read
+    posts = [p for p in server.state.log_posts if p[:2] == (12, 1)]
+    streams = {"stdout": b"", "stderr": b""}
+    for _, _, _, body, stream, at in posts:
+        streams[stream] += body
+        assert at is not None and abs(float(at) - time.time()) < 120
+    assert streams == {"stdout": b"hello\ninput data\n", "stderr": b"oops\n"}
+    assert server.state.completed[(12, 1)]["unmatched"] == []  # every declared output matched
     files = bundle_files(server, 12)
     assert files["out/gpus.txt"] == b"GPU-0,GPU-1\n" and files["out/sub/s.txt"] == b"7-12\n"
     # sandboxed: as root, jobs run as a slot user of their own; else as the agent's user in a user namespace

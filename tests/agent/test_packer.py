@@ -238,3 +238,16 @@ def test_a_file_that_shrinks_while_packed_fails_and_leaves_no_archive(tmp_path: 
     with pytest.raises(PackError, match="big.bin shrank while being packed"):
         pack(job, ["**"], tmp_path / "b.tar", job_id=1)
     assert not (tmp_path / "b.tar").exists()
+
+
+def test_declared_outputs_that_matched_no_file_are_named(job_dir, tmp_path):
+    bundle = pack(job_dir, ["checkpoints", "results/*.csv", "**/*.json", " model.pt ", "scratch/**"],
+                  tmp_path / "b.tar", job_id=12)
+    assert bundle.unmatched == ("results/*.csv", "model.pt", "scratch/**")
+    assert any(f.path == "metrics.json" for f in bundle.files)
+
+
+def test_a_link_only_match_is_no_match(job_dir, tmp_path):
+    # checkpoints/passwd is a symlink: never packed, so "checkpoints/passwd" matched no file
+    assert pack(job_dir, ["checkpoints/passwd"], tmp_path / "b.tar", job_id=12).unmatched == ("checkpoints/passwd",)
+    assert pack(job_dir, [], tmp_path / "c.tar", job_id=12).unmatched == ()

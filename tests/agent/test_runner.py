@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from e31_agent.logindex import index_path, parse_index
 from e31_agent.runner import MARKER_VAR, JobProcess, build_env, new_marker, supervise
 
 
@@ -90,13 +91,31 @@ def test_exit_codes_propagate(tmp_path, command, code):
     assert (result.reason, result.exit_code) == ("exit", code)
 
 
-def test_stdout_and_stderr_share_the_log(tmp_path):
-    proc = _start(tmp_path, "echo out; echo err >&2; echo out2")
+def test_stdout_and_stderr_share_the_log_and_the_index_tells_them_apart(tmp_path):
+    """Both streams land in the one log; its index names each read's stream and time. Across
+    the two pipes the order is as the shim read them (lines written within the same instant to
+    different streams may swap), so only each stream's own order is promised."""
+    before = time.time()
+    proc = _start(tmp_path, "echo out; echo err >&2; echo out2; printf 'no newline' >&2")
     supervise(
         proc, deadline=time.monotonic() + 10, cancel=threading.Event(),
         drop=threading.Event(), grace_s=1,
     )  # fmt: skip
-    assert (tmp_path / "logs" / "7-1.log").read_text() == "out\nerr\nout2\n"
+    log_path = tmp_path / "logs" / "7-1.log"
+    data = log_path.read_bytes()
+    assert sorted(data.decode().replace("no newline", "no newline\n").splitlines()) == sorted(
+        ["out", "err", "out2", "no newline"])
+    segments, used = parse_index(index_path(log_path).read_bytes())
+    assert used == index_path(log_path).stat().st_size
+    by_stream: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+    pos = 0
+    for seg in sorted(segments, key=lambda s: s.offset):
+        assert seg.offset == pos  # the index covers the log without gaps
+        by_stream[seg.stream] += data[seg.offset:seg.end]
+        assert before - 1 <= seg.at <= time.time() + 1
+        pos = seg.end
+    assert pos == len(data)
+    assert by_stream == {"stdout": b"out\nout2\n", "stderr": b"err\nno newline"}
 
 
 def test_cancel_kills_the_whole_job(tmp_path):

@@ -204,6 +204,26 @@ def test_logs_follow_prints_lines_while_the_job_runs(live, tmp_path):
     assert whole.returncode == 0 and "tick 6" in whole.stdout
 
 
+def test_logs_of_one_stream_and_the_page_search(live, tmp_path):
+    """stdout and stderr kept apart end to end: the real agent's shim writes both, ``e31 logs
+    --stderr``/``--stdout`` print one each (followed with -f too), the API searches literally."""
+    spec = write_spec(tmp_path, "name: two-streams\n"
+                                "work: {command: 'echo out 1; echo \"err a.b\" >&2; sleep 0.3; echo out 2; "
+                                "echo err axb >&2'}\n"
+                                "compute: {gpus: 1, time_limit: 2m}\noutput: {paths: []}\n")
+    job_id = int(live.e31("submit", "-q", str(spec)).stdout)
+    followed = live.e31("logs", "-f", "--stderr", str(job_id))
+    assert followed.returncode == 0 and followed.stdout.splitlines() == ["err a.b", "err axb"]
+    out = live.e31("logs", "--stdout", str(job_id))
+    assert out.returncode == 0 and out.stdout.splitlines() == ["out 1", "out 2"]
+    lines = json.loads(live.e31("--json", "logs", str(job_id)).stdout.splitlines()[0])
+    assert "out 1" in lines["text"]
+    page = httpx.get(f"{live.url}/api/v1/jobs/{job_id}/logs/", params={"q": "a.b"},
+                     headers={"Authorization": f"Token {live.token}"}).json()
+    assert [(x["stream"], x["text"]) for x in page["lines"]] == [("stderr", "err a.b")]
+    assert page["lines"][0]["at"] and page["compacted"]  # released: read from the storage object
+
+
 def test_a_failing_job_exits_1_and_cancel_stops_a_running_one(live, tmp_path):
     failing = write_spec(tmp_path / "f", "name: fails\nwork: {command: 'echo about to fail; exit 3'}\n"
                                          "compute: {gpus: 1, time_limit: 2m}\noutput: {paths: []}\n")

@@ -24,7 +24,8 @@ from django.conf import settings
 from django.db import connection
 
 from apps.agent_api.models import AgentReport
-from apps.jobs.models import Job, JobEvent, LogChunk
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.services.logs import log_pieces
 from apps.metering.models import Lease
 from apps.pool.models import Node
 from devstack import LocalStack
@@ -119,14 +120,16 @@ def check_reports_once(job_id: int, attempt: int = 1) -> list[str]:
 
 
 def check_log_once(job_id: int, attempt: int = 1) -> bytes:
-    """Log chunks tile the log: no byte stored twice, none missing."""
-    chunks = list(LogChunk.objects.filter(job_id=job_id, attempt=attempt).order_by("offset"))
+    """Log chunks tile the log: no byte stored twice, none missing (read from the database rows,
+    or from the storage object they were compacted into at release)."""
+    job = Job.objects.get(pk=job_id)
+    chunks = log_pieces(job, attempt)
     at = 0
     for chunk in chunks:
         assert chunk.offset == at, (chunk.offset, at)
-        at += len(bytes(chunk.data))
-    assert at == Job.objects.get(pk=job_id).log_size
-    return b"".join(bytes(c.data) for c in chunks)
+        at += len(chunk.data)
+    assert at == job.log_size
+    return b"".join(c.data for c in chunks)
 
 
 def test_a_killed_agent_gives_its_job_back_and_its_node_takes_nothing(make_stack, api):

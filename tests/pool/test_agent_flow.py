@@ -2,11 +2,12 @@
 import hashlib
 import io
 import tarfile
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 
-from apps.jobs.models import Job
+from apps.jobs.models import Job, LogChunk
 from apps.metering.models import Lease
 
 from ..factories import spec
@@ -76,6 +77,9 @@ def test_it_runs_a_job_through_the_five_steps(api, agent):
 
     body = api.get(f"/api/v1/jobs/{job_id}/").json()
     assert body["state"] == "released" and body["outcome"] == "succeeded"
+    # released: the log is one storage object now, read the same
+    assert Job.objects.get(pk=job_id).log_objects["1"]["name"] == f"logs/{job_id}/attempt-1.jsonl.gz"
+    assert api.get(f"/api/v1/jobs/{job_id}/logs/?offset=6").content == b"world\n"
     lease = Lease.objects.get(job_id=job_id)
     assert lease.billed_seconds is not None and lease.released_at is not None
     assert Decimal(body["cost"]) == lease.cost
@@ -86,3 +90,22 @@ def test_it_runs_a_job_through_the_five_steps(api, agent):
     assert ranged.status_code == 206 and b"".join(ranged.streaming_content) == data[:10]
     events = [e["to_state"] for e in api.get(f"/api/v1/jobs/{job_id}/events/").json()]
     assert [e for e in events if e] == ["queued", "rented", "running", "output", "released"]
+
+
+def test_log_chunks_say_their_stream_and_time(api, agent):
+    job_id = api.post("/api/v1/jobs/", spec(compute={"gpus": 2, "time_limit": "10m", "gpu_model": ["H100"]}),
+                      format="json").json()["id"]
+    assert agent.get("/api/v1/agent/work/?wait=0").json()["assignments"][0]["job_id"] == job_id
+    for seq, type_ in ((1, "accepted"), (2, "running")):
+        agent.post(f"/api/v1/agent/jobs/{job_id}/report/", {"attempt": 1, "seq": seq, "type": type_}, format="json")
+    url = f"/api/v1/agent/jobs/{job_id}/log/?attempt=1"
+    ok = agent.post(url + "&offset=0&stream=stderr&at=1764590400.250", b"boom\n",
+                    content_type="application/octet-stream")
+    assert ok.json() == {"size": 5}
+    chunk = LogChunk.objects.get(job_id=job_id)
+    assert chunk.stream == "stderr" and chunk.at == datetime(2025, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
+    for bad in ("stream=stdin", "at=soon", "at=1e300"):
+        resp = agent.post(url + f"&offset=5&{bad}", b"x", content_type="application/octet-stream")
+        assert resp.status_code == 400, bad
+    line = api.get(f"/api/v1/jobs/{job_id}/logs/?format=lines").json()["lines"][0]
+    assert (line["stream"], line["text"], line["at"]) == ("stderr", "boom", "2025-12-01T12:00:00.250000+00:00")

@@ -113,7 +113,7 @@ def test_the_log_page_is_the_whole_log_as_text(web, user, node):
     html = web.get(f"/jobs/{job.pk}/").content.decode()
     assert "line 001999" in html
     assert "first line" not in html  # only the last 64 KB on the page
-    assert "open the whole log" in html
+    assert "page back through the whole log" in html
     resp = web.get(f"/jobs/{job.pk}/log/")
     assert resp.status_code == 200
     assert resp["Content-Type"].startswith("text/plain")

@@ -89,13 +89,17 @@ class BundleCalls(Transport):
         sha256: str,
         files: list[FileEntry],
         abort: threading.Event | None = None,
+        unmatched: list[str] | None = None,
     ) -> payloads.BundleCompleteResponse:
-        """``POST jobs/<id>/bundle/complete/``: the server verifies size, checksum and manifest."""
+        """``POST jobs/<id>/bundle/complete/``: the server verifies size, checksum and manifest.
+        ``unmatched``: the declared outputs that matched no file (the server shows a warning)."""
         body: payloads.BundleCompleteRequest = {
             "size_bytes": size_bytes,
             "sha256": sha256,
             "files": [f.to_json() for f in files],  # type: ignore[misc]
         }
+        if unmatched is not None:
+            body["unmatched"] = list(unmatched)
         return self.request(
             "POST",
             f"/jobs/{job_id}/bundle/complete/",

@@ -40,7 +40,7 @@ def pack_outputs(run: JobRun) -> Bundle | OutputProblem:
         return OutputProblem(FinishCode.PACKING_FAILED, f"packing outputs failed: {exc}")
     write_json(run.state.bundle_meta_path, {
         "size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": [f.to_json() for f in bundle.files],
-        "not_packed": list(bundle.not_packed),
+        "not_packed": list(bundle.not_packed), "unmatched": list(bundle.unmatched),
     })  # fmt: skip
     return bundle
 
@@ -52,7 +52,7 @@ def load_bundle(meta_path: Path, bundle_path: Path) -> Bundle | None:
         return None
     files = [FileEntry(path=f["path"], size_bytes=int(f["size_bytes"]), sha256=f["sha256"]) for f in meta["files"]]
     return Bundle(path=bundle_path, size_bytes=int(meta["size_bytes"]), sha256=meta["sha256"], files=files,
-                  not_packed=tuple(meta.get("not_packed", ())))
+                  not_packed=tuple(meta.get("not_packed", ())), unmatched=tuple(meta.get("unmatched", ())))
 
 
 def not_packed_note(not_packed: tuple[str, ...]) -> str | None:

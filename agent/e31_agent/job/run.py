@@ -15,6 +15,7 @@ from .. import container
 from ..cgroups import JobCgroups
 from ..client import Aborted, ApiClient, StaleAttempt
 from ..config import Workdir
+from ..logindex import index_path
 from ..logship import LogShipper
 from ..models import Assignment
 from ..paths import remove_tree
@@ -301,6 +302,7 @@ class JobRun:
         remove_tree(self.workdir.job_dir(a.job_id))
         for path in (
             self.workdir.log_path(a.job_id, a.attempt),
+            index_path(self.workdir.log_path(a.job_id, a.attempt)),
             self.workdir.bundle_path(a.job_id, a.attempt),
         ):
             path.unlink(missing_ok=True)

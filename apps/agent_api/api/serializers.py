@@ -164,6 +164,9 @@ class BundleCompleteSerializer(serializers.Serializer):
     size_bytes = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0)
     sha256 = serializers.RegexField(r"^[0-9a-f]{64}$")
     files = ManifestFileSerializer(many=True, max_length=100_000)
+    unmatched = serializers.ListField(
+        child=serializers.CharField(max_length=1000, trim_whitespace=False), max_length=1000, required=False,
+        help_text="Declared output paths/globs that matched no file (absent from an older agent).")
 
 
 class ReportBatchRequestSerializer(serializers.Serializer):

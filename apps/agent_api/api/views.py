@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -60,6 +61,7 @@ from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chun
 from apps.artifacts.storage import is_direct, object_store
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services.outputs import outputs_unmatched_record
 from apps.jobs.services.recovery import jobs_reconcile_heartbeat
 from apps.metering.models import Lease
 from apps.metering.services import fences_confirm, leases_seen
@@ -183,7 +185,12 @@ class LogView(AgentView):
     @agent_schema("A chunk of the job's log (raw bytes, at most 1 MiB) at a byte offset",
                   request={"application/octet-stream": OpenApiTypes.BINARY},
                   parameters=[ATTEMPT, OpenApiParameter("offset", int, required=True,
-                                                        description="Byte offset of the chunk in the log.")],
+                                                        description="Byte offset of the chunk in the log."),
+                              OpenApiParameter("stream", str, enum=["stdout", "stderr", "combined"],
+                                               description="The stream all the chunk's bytes came from "
+                                                           "(default combined: an agent that does not say)."),
+                              OpenApiParameter("at", float, description="When the agent read the chunk's "
+                                                                        "first bytes, epoch seconds (agent clock).")],
                   responses={200: LogAnswerSerializer, 400: ErrorAnswerSerializer, **_ERRORS})
     def post(self, request, job_id: int):
         try:
@@ -191,11 +198,21 @@ class LogView(AgentView):
             offset = int(request.query_params["offset"])
         except (KeyError, ValueError):
             return Response({"detail": "attempt and offset must be integers"}, status=400)
+        stream = request.query_params.get("stream", "combined")
+        if stream not in ("stdout", "stderr", "combined"):
+            return Response({"detail": "stream must be stdout, stderr or combined"}, status=400)
+        at = None
+        if request.query_params.get("at"):
+            try:
+                at = datetime.fromtimestamp(float(request.query_params["at"]), tz=UTC)
+            except (ValueError, OverflowError, OSError):
+                return Response({"detail": "at must be epoch seconds"}, status=400)
         data = request.body
         if len(data) > LOG_CHUNK_MAX_BYTES or offset < 0:
             return Response({"detail": "a chunk is at most 1 MiB, at an offset >= 0"}, status=400)
         try:
-            size = agent_log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data)
+            size = agent_log_append(node=self.node, job_id=job_id, attempt=attempt, offset=offset, data=data,
+                                    stream=stream, at=at)
         except Job.DoesNotExist:
             raise Http404 from None
         except StaleAttempt:
@@ -298,6 +315,9 @@ class BundleCompleteView(AgentView):
                               or settings.E31_RETENTION_DAYS_DEFAULT)
         except ChunkError as exc:
             return _chunk_refused(exc)
+        if "unmatched" in data:
+            outputs_unmatched_record(job_id=job.pk, attempt=lease.attempt, rank=lease.node_rank,
+                                     patterns=list(data["unmatched"]))
         if not bundle.completed_at:  # joined in the object store; verified by the side worker
             return Response({"size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "verifying": True},
                             status=202)

@@ -11,6 +11,7 @@ from apps.metering.selectors import Money, job_money
 from ..arrays import array_counts
 from ..models import Job, JobArray, JobEvent
 from ..prestage import staging_progress
+from ..services.outputs import output_warnings, outputs_unmatched
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -27,6 +28,9 @@ class JobSerializer(serializers.ModelSerializer):
     array_index = serializers.IntegerField(read_only=True, allow_null=True,
                                            help_text="Its index in the array (E31_ARRAY_INDEX), or null.")
 
+    outputs_unmatched = serializers.SerializerMethodField()
+    warnings = serializers.SerializerMethodField()
+
     class Meta:
         model = Job
         fields = [
@@ -35,7 +39,17 @@ class JobSerializer(serializers.ModelSerializer):
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
             "log_size", "cancel_requested_at", "staging", "array_id", "array_index",
+            "outputs_unmatched", "warnings",
         ]
+
+    def get_outputs_unmatched(self, job: Job) -> list[str]:
+        """Declared output paths/globs that matched no file when the latest attempt packed
+        ([] when all matched, or when an older agent did not say)."""
+        return outputs_unmatched(job)
+
+    def get_warnings(self, job: Job) -> list[str]:
+        """Things the owner should know, in words: "output `results/*.csv` matched no file"."""
+        return output_warnings(job)
 
     def _leases(self, job: Job) -> list:
         if job.rented_at is None and job.attempt == 1:

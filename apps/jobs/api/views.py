@@ -27,9 +27,11 @@ from ..arrays import (
     arrays_of,
     spec_submit,
 )
+from ..logquery import LogQueryError, log_query_parse
 from ..rerun import job_rerun
-from ..selectors import job_own_or_404, jobs_of, log_read
+from ..selectors import job_own_or_404, jobs_of
 from ..services.cancel import BulkCancelError, CancelEffect, bulk_ids_parse, job_cancel_effect, jobs_cancel_bulk
+from ..services.logs import log_bytes, log_lines, log_page_json
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
 from .serializers import ArraySerializer, JobEventSerializer, JobSerializer
@@ -169,30 +171,42 @@ class JobEventsView(APIView):
 
 class JobLogsView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("offset", int), OpenApiParameter("attempt", int),
-                    OpenApiParameter("rank", int, description="node rank of a multi-node job (default 0)")],
-        responses={(200, "text/plain"): OpenApiTypes.STR},
+        parameters=[OpenApiParameter("offset", int,
+                                     description="text: byte offset in the log (default 0); "
+                                                 "lines: matching lines to skip (default: the last page)"),
+                    OpenApiParameter("limit", int, description="text: bytes of the log to cover (default 1 MiB, "
+                                                               "at most 4 MiB); lines: lines per page (default 500, "
+                                                               "at most 5000)"),
+                    OpenApiParameter("attempt", int),
+                    OpenApiParameter("rank", int, description="node rank of a multi-node job (default 0)"),
+                    OpenApiParameter("stream", str, enum=["stdout", "stderr"],
+                                     description="only this stream (an older agent's log counts as stdout)"),
+                    OpenApiParameter("q", str, description="lines containing this text, case-insensitive, "
+                                                           "taken literally (implies format=lines)"),
+                    OpenApiParameter("format", str, enum=["text", "lines"])],
+        responses={(200, "text/plain"): OpenApiTypes.STR, (200, "application/json"): OpenApiTypes.OBJECT},
         description="Log text from byte `offset`; headers X-Log-Size and X-Next-Offset. "
-                    "Each node rank of a multi-node job has its own log.",
+                    "Each node rank of a multi-node job has its own log. With `format=lines` (or `q`): "
+                    "a page of lines as JSON, each with its stream and timestamp (SPEC §5 \"Logs\").",
     )
     def get(self, request, pk: int):
         job = job_own_or_404(request.user, pk)
-        offset = _int_param(request, "offset", 0)
-        attempt = _int_param(request, "attempt", job.attempt)
-        if offset < 0:
-            raise ValidationError({"offset": ["Must be 0 or more."]})
-        rank = _int_param(request, "rank", 0)
-        if not 1 <= attempt <= job.attempt:
-            raise ValidationError({"attempt": [f"Must be between 1 and {job.attempt}."]})
-        if not 0 <= rank < job.nodes:
-            raise ValidationError({"rank": [f"Must be between 0 and {job.nodes - 1}."]})
-        current = attempt == job.attempt and rank == 0
-        if current and offset > job.log_size:
+        try:
+            query = log_query_parse(request.query_params, job)
+        except LogQueryError as exc:
+            raise ValidationError({exc.field: [exc.message]}) from None
+        if query.lines:
+            page = log_lines(job, query.attempt, query.rank, stream=query.stream or None, q=query.q,
+                             offset=query.offset, limit=query.limit)
+            return Response(log_page_json(job, query, page))
+        current = query.attempt == job.attempt and query.rank == 0
+        if current and query.offset > job.log_size:
             raise ValidationError({"offset": [f"Is past the end of the log ({job.log_size} bytes so far)."]})
-        data = log_read(job, offset, attempt=attempt, rank=rank)
+        data, next_offset = log_bytes(job, query.attempt, query.rank, offset=query.offset, limit=query.limit,
+                                      stream=query.stream or None)
         resp = HttpResponse(data, content_type="text/plain; charset=utf-8")
-        resp["X-Log-Size"] = str(job.log_size if current else offset + len(data))
-        resp["X-Next-Offset"] = str(offset + len(data))
+        resp["X-Log-Size"] = str(job.log_size if current else next_offset)
+        resp["X-Next-Offset"] = str(next_offset)
         return resp
 
 

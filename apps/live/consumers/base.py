@@ -143,7 +143,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """New log bytes (:func:`apps.live.push.log_chunk_added`): rendered here, no database read."""
         await self.send(text_data=_seq_mark(event) + render_log_chunk(
             event["job"], attempt=event["attempt"], offset=event["offset"], data=event["data"],
-            version=event["version"]))
+            version=event["version"], stream=event.get("stream") or "combined", at=event.get("at")))
 
     async def _seqs(self) -> dict[str, int] | None:
         """The joined groups' message numbers now; None when the counter cannot be read."""

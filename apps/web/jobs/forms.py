@@ -25,7 +25,8 @@ from apps.core.choices import JobKind
 from apps.jobs.arrays import ArraySubmitted, spec_submit
 from apps.jobs.examples import example_attachments, example_names, example_yaml
 from apps.jobs.models import Job
-from apps.jobs.spec import SpecError, load_yaml
+from apps.jobs.rerun import rerun_document, uploads_missing
+from apps.jobs.spec import SpecError, load_yaml, spec_to_yaml
 
 DATA_ROWS = 3
 DATA_ROWS_MAX = 100
@@ -452,6 +453,32 @@ def new_job_form(*, owner: Any, example: str | None = None) -> JobForm:
             raise LookupError(example)
         initial = {"spec_text": text, "example": example}
     return JobForm(owner=owner, initial=initial)
+
+
+def edit_job_form(*, owner: Any, job: Job) -> tuple[JobForm, list[str]]:
+    """The new-job form prefilled with ``job``'s spec as YAML ("Edit and run"), and warnings.
+
+    Each ``upload:<id>`` input still kept is shown as ``upload:<file name>`` and attached (the
+    form's ``kept`` files, sent again with the submit); one no longer kept stays as it was and
+    gets a warning naming its target, never the internal id. ``array`` is dropped as for a re-run
+    (:func:`apps.jobs.rerun.rerun_document`). The caller has checked that ``owner`` owns ``job``.
+    """
+    document = rerun_document(job)
+    warnings = [msg for msgs in uploads_missing(document, owner=owner).values() for msg in msgs]
+    items: dict[str, list[dict[str, Any]]] = {}
+    for item in document.get("data") or []:
+        source = item.get("source") or ""
+        if source.startswith("upload:"):
+            items.setdefault(source[len("upload:"):], []).append(item)
+    kept = _kept_uploads(owner, list(items))
+    names = [u.name for u in kept]
+    for upload in kept:
+        if names.count(upload.name) == 1:  # two files of one name: keep the ids, both still resolve
+            for item in items.get(str(upload.pk), []):
+                item["source"] = f"upload:{upload.name}"
+    form = JobForm(owner=owner, initial={"spec_text": spec_to_yaml(document)})
+    form.kept = kept
+    return form, warnings
 
 
 def _read_text(upload: Any) -> str:

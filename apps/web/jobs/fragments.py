@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -28,10 +29,13 @@ from apps.artifacts.services import bundles_latest
 from apps.core.choices import JobKind, JobState, Outcome
 from apps.core.units import format_duration
 from apps.jobs.arrays import array_counts
+from apps.jobs.logquery import LogQuery
 from apps.jobs.models import Job, JobArray
 from apps.jobs.prestage import staging_progress
 from apps.jobs.retention import job_expires_at
-from apps.jobs.selectors import end_detail, log_read
+from apps.jobs.selectors import end_detail
+from apps.jobs.services.logs import LogLine, LogPage, LogPiece, lines_of, log_pieces
+from apps.jobs.services.outputs import unmatched_where
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
 from apps.metering.selectors import job_money
@@ -106,13 +110,20 @@ def job_steps(job: Job) -> list[Step]:
     return steps
 
 
-def log_tail(job: Job) -> tuple[str, bool]:
-    """The last ~64 KB of the current attempt's log as text, and whether earlier bytes were cut."""
+def log_tail(job: Job) -> tuple[list[LogLine], bool]:
+    """The last ~64 KB of the current attempt's log as lines (each with its stream and time),
+    and whether earlier bytes were cut."""
     offset = max(0, job.log_size - LOG_TAIL_BYTES)
-    text = log_read(job, offset, limit=LOG_TAIL_BYTES).decode("utf-8", errors="replace")
-    if offset:
-        text = text.partition("\n")[2]  # start at a whole line
-    return text, offset > 0
+    pieces = []
+    for piece in log_pieces(job, job.attempt, 0, start=offset, end=job.log_size):
+        cut = max(0, offset - piece.offset)
+        pieces.append(LogPiece(piece.offset + cut, piece.data[cut:job.log_size - piece.offset],
+                               piece.stream, piece.at))
+    if offset and pieces:  # start at a whole line
+        first = pieces[0]
+        nl = first.data.find(b"\n")
+        pieces[0] = LogPiece(first.offset + nl + 1, first.data[nl + 1:], first.stream, first.at)
+    return [line for line in lines_of(pieces) if line.text or line.newline], offset > 0
 
 
 def log_expired_at(job: Job, tail: str) -> datetime | None:
@@ -145,7 +156,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
         "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
-        "end_detail": end_detail(job),
+        "end_detail": end_detail(job), "outputs_unmatched": unmatched_where(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles, "log_expired_at": log_expired_at(job, tail),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
@@ -165,7 +176,8 @@ def render_job_fragments(job: Job, *, with_log: bool, stamp: int | None = None) 
     return "".join(render_to_string(name, context) for name in names)
 
 
-def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, version: int) -> str:
+def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, version: int,
+                     stream: str = "combined", at: str | None = None) -> str:
     """New log bytes as an element that ``live.js`` appends to the tail shown.
 
     ``offset`` is where the bytes start in the attempt's log; the client
@@ -176,7 +188,15 @@ def render_log_chunk(job_id: int, *, attempt: int, offset: int, data: bytes, ver
     return render_to_string("jobs/_log_chunk.html", {
         "pk": job_id, "attempt": attempt, "offset": offset, "end": offset + len(data),
         "text": data.decode("utf-8", errors="replace"), "version": version,
+        "stream": stream, "at": _parse_at(at),
     })
+
+
+def _parse_at(at: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(at) if at else None
+    except ValueError:
+        return None
 
 
 def run_duration(job: Job, now: datetime) -> str:
@@ -254,3 +274,14 @@ def render_status(job: Job, *, stamp: int | None = None) -> str:
     stamp = stamp_ms() if stamp is None else stamp
     return render_to_string("jobs/_status.html", {"job": job, "steps": job_steps(job),
                                                   "version": f"{job.event_seq} {stamp}"})
+
+
+def log_page_links(query: LogQuery, page: LogPage) -> dict[str, str]:
+    """Query strings of the log page's "earlier", "later" and "last" links (empty at an end)."""
+    base = {"attempt": query.attempt, "rank": query.rank, "stream": query.stream, "q": query.q}
+    base = {k: v for k, v in base.items() if v not in ("", None)}
+    end = page.offset + len(page.lines)
+    earlier = urlencode({**base, "offset": max(0, page.offset - query.limit)}) if page.offset > 0 else ""
+    later = urlencode({**base, "offset": end}) if end < page.total else ""
+    return {"earlier": earlier, "later": later, "last": urlencode(base) if later else "",
+            "first": urlencode({**base, "offset": 0}) if earlier else ""}

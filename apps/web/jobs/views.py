@@ -26,14 +26,24 @@ from apps.artifacts.services import bundle_latest
 from apps.core.choices import JobState, Outcome
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
 from apps.jobs.examples import example_files, example_names
+from apps.jobs.logquery import LogQueryError, log_query_parse
 from apps.jobs.models import Job
+from apps.jobs.rerun import job_rerun
 from apps.jobs.selectors import job_filter_parse, job_own_or_404, jobs_of, jobs_search, log_read
 from apps.jobs.services.cancel import BulkCancelError, bulk_ids_parse, job_cancel, jobs_cancel_bulk
+from apps.jobs.services.logs import log_lines
 from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
-from apps.web.jobs.forms import JobForm, new_job_form
-from apps.web.jobs.fragments import array_row_context, job_page_context, list_row_context, render_array_row, stamp_ms
+from apps.web.jobs.forms import JobForm, edit_job_form, new_job_form
+from apps.web.jobs.fragments import (
+    array_row_context,
+    job_page_context,
+    list_row_context,
+    log_page_links,
+    render_array_row,
+    stamp_ms,
+)
 from apps.web.jobs.outputs import download_url, file_preview
 from apps.web.jobs.usage import usage_card
 
@@ -127,6 +137,15 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Job {job.pk} submitted.")
                 return redirect(job)
         form.keep_files()
+    elif request.GET.get("from"):  # "Edit and run": another job of mine, its spec prefilled
+        try:
+            source = job_own_or_404(request.user, int(request.GET["from"]))
+        except ValueError:
+            raise Http404("No such job.") from None
+        form, warnings = edit_job_form(owner=request.user, job=source)
+        for warning in warnings:
+            messages.warning(request, warning)
+        messages.info(request, f"The spec of job {source.pk}, to edit and submit as a new job.")
     else:
         try:
             form = new_job_form(owner=request.user, example=request.GET.get("example") or None)
@@ -159,6 +178,43 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
         "usage": usage_card(job),
+    })
+
+
+@login_required
+@require_POST
+def job_rerun_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """"Run again": a new job from this one's spec and files (:func:`apps.jobs.rerun.job_rerun`),
+    then its page. When it cannot be submitted (an uploaded file no longer kept, a limit), back
+    to this job's page with the reasons."""
+    job = job_own_or_404(request.user, pk)
+    try:
+        new = job_rerun(job=job, by=request.user)
+    except SpecError as exc:
+        for messages_ in exc.errors.values():
+            for message in messages_:
+                messages.error(request, f"Could not run job {job.pk} again: {message}")
+        return redirect(job)
+    messages.success(request, f"Job {new.pk} submitted: a re-run of job {job.pk}.")
+    return redirect(new)
+
+
+@login_required
+@require_GET
+def job_log_lines(request: HttpRequest, pk: int) -> HttpResponse:
+    """The whole kept log paged by lines, with stdout and stderr told apart, timestamps, a
+    stream filter and a server-side search (``?q=``, literal); 500 lines a page, last page first."""
+    job = job_own_or_404(request.user, pk)
+    try:
+        query = log_query_parse(request.GET, job, lines=True)
+    except LogQueryError as exc:
+        return render(request, "jobs/log.html", {"job": job, "error": exc, "attempts": range(1, job.attempt + 1)},
+                      status=400)
+    page = log_lines(job, query.attempt, query.rank, stream=query.stream or None, q=query.q,
+                     offset=query.offset, limit=query.limit)
+    return render(request, "jobs/log.html", {
+        "job": job, "query": query, "page": page, **log_page_links(query, page),
+        "attempts": range(1, job.attempt + 1), "ranks": range(job.nodes),
     })
 
 

@@ -21,6 +21,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("job_id", metavar="ID", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     p.add_argument("--offset", type=int, default=0, help="start at this byte of the log (default 0)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--stdout", dest="stream", action="store_const", const="stdout",
+                       help="only what the command wrote to stdout")
+    which.add_argument("--stderr", dest="stream", action="store_const", const="stderr",
+                       help="only what the command wrote to stderr")
     p.set_defaults(func=logs)
 
 
@@ -37,14 +42,15 @@ def logs(args: argparse.Namespace, ctx: Ctx) -> int:
 
     with ctx.api() as api:
         if args.follow:
-            job = follow_job(api, out, args.job_id, log=emit, from_offset=args.offset)
+            job = follow_job(api, out, args.job_id, log=emit, from_offset=args.offset, stream=args.stream)
             return outcome_exit([job])
         job = api.job(args.job_id)
         offset = args.offset
         while True:
-            data, nxt = api.log(args.job_id, offset, job["attempts"])
-            if not data:
+            data, nxt = api.log(args.job_id, offset, job["attempts"], args.stream)
+            if nxt <= offset:
                 return Exit.OK
-            emit({"job_id": job["id"], "attempt": job["attempts"], "offset": offset, "next_offset": nxt,
-                  "data": data})
+            if data:
+                emit({"job_id": job["id"], "attempt": job["attempts"], "offset": offset, "next_offset": nxt,
+                      "data": data})
             offset = nxt
