@@ -201,10 +201,13 @@ class LocalAgents:
         logfile = open(workdir / "agent.log", "ab")  # noqa: SIM115 - kept open for the child's life
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_", "SECRET_"))}
         env["E31_NODE_TOKEN"] = self.tokens[agent.name]
+        # A process group of its own: a terminal's Ctrl-C (SIGINT to the whole foreground group) must
+        # reach only this process, which first stops the jobs as the operator (outputs packed, billed
+        # to the stop), then the agents; an agent that caught SIGINT itself would drop its job.
         return subprocess.Popen(
             [sys.executable, "-m", "e31_agent.cli", "--server", self.url, "--simulate", agent.simulate,
              "--workdir", str(workdir)],
-            stdout=logfile, stderr=subprocess.STDOUT, env=env,
+            stdout=logfile, stderr=subprocess.STDOUT, env=env, process_group=0,
         )
 
     def check(self, now: float | None = None) -> list[str]:

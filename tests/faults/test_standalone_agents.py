@@ -1,5 +1,6 @@
 """Issue 12 case 3, ``make run``: an agent killed with ``kill -9`` is started again by the
-standalone process and takes its running job up; Ctrl-C then stops everything, the job's
+standalone process and takes its running job up; Ctrl-C (SIGINT to the whole process group, as a
+terminal sends it) then ends the job as cancelled by the operator and stops everything, the job's
 processes included (no ghost outlives it)."""
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_make_run_restarts_a_dead_agent_and_ctrl_c_leaves_nothing(tmp_path):
                PYTHONUNBUFFERED="1", **FAST, E31_NODE_LOSS_TIMEOUT_S="30")
     manage(env, "migrate", "--noinput")
     proc = subprocess.Popen([sys.executable, "manage.py", "standalone"], cwd=BASE_DIR, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, process_group=0)
     out = []
     try:
         while f"127.0.0.1:{port}" not in "".join(out):
@@ -77,9 +78,13 @@ def test_make_run_restarts_a_dead_agent_and_ctrl_c_leaves_nothing(tmp_path):
         assert (job["state"], job["attempts"]) == ("running", 1), job
         assert all(p.is_running() for p in run)
     finally:
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
         code = proc.wait(timeout=90)
     rest = proc.stdout.read()
     assert code == 0, rest[-3000:]
     assert "agent node-b died; started it again" in "".join(out) + rest
     wait(lambda: marked(job_id) == [], 10)  # Ctrl-C left no process of the job behind
+    ended = manage(env, "shell", "-c", "from apps.jobs.models import Job; "
+                   f"j = Job.objects.get(pk={job_id}); print(j.state, j.outcome, j.end_reason)")
+    assert ended.split()[-3:-1] == ["released", "cancelled"], ended  # stopped by the operator, not lost
+    assert ended.split()[-1] != "node_lost", ended
