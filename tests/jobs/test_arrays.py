@@ -77,8 +77,24 @@ def test_a_stranger_gets_404_for_the_array_and_its_cancel(api, stranger_api, poo
     array_id = api.post("/api/v1/jobs/", spec(array=3), format="json").json()["array_id"]
     assert stranger_api.get(f"/api/v1/arrays/{array_id}/").status_code == 404
     assert stranger_api.post(f"/api/v1/arrays/{array_id}/cancel/").status_code == 404
-    assert stranger_api.get(f"/api/v1/jobs/?array={array_id}").json()["count"] == 0
+    assert stranger_api.get(f"/api/v1/jobs/?array={array_id}").status_code == 404
     assert Job.objects.filter(array_id=array_id, state="queued").count() == 3
+
+
+@pytest.mark.parametrize(("value", "code"), [("9223372036854775808", 404), ("-1", 404), ("0", 404),
+                                              ("99999999999999999999999", 404), ("abc", 400)])
+def test_an_array_filter_that_names_no_array_is_a_clear_4xx(api, value, code):
+    resp = api.get(f"/api/v1/jobs/?array={value}")
+    assert resp.status_code == code, resp.content
+    if code == 400:
+        assert "array" in resp.json()
+
+
+@pytest.mark.parametrize("word", ["on", "abc", "2"])
+def test_a_dry_run_flag_it_does_not_know_is_refused_and_submits_nothing(api, pool, word):
+    resp = api.post(f"/api/v1/jobs/?dry_run={word}", spec(), format="json")
+    assert resp.status_code == 400 and "dry_run" in resp.json()
+    assert not Job.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

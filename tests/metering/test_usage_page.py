@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client
+from rest_framework.test import APIClient
 
 from apps.core.models import AccountProfile
 from apps.metering.selectors import CSV_COLUMNS
@@ -148,7 +149,6 @@ def test_the_job_page_has_a_printable_receipt_and_a_stranger_gets_404(web, user)
 
 
 def test_the_usage_api_uses_the_users_time_zone(frozen_clock, user):
-    from rest_framework.test import APIClient
 
     AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
     node = node_with_gpus("n1", count=1)
@@ -194,7 +194,6 @@ def test_days_out_of_range_are_a_field_error_not_a_crash(web, user, query):
 def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(frozen_clock, web, user):
     """Issue 12 item 8: Jan 31 23:00 to Feb 1 01:30 is 1 h in January and 1.5 h in February, on the
     page, its CSV and the API (token auth, which reads dates in the account's zone too)."""
-    from rest_framework.test import APIClient
 
     node = node_with_gpus("n1", count=1)
     _lease_at(user, frozen_clock, node, datetime(2025, 1, 31, 23, tzinfo=UTC), 2.5 * 3600)
@@ -216,7 +215,6 @@ def test_a_lease_across_a_month_end_counts_in_each_period_by_overlap(frozen_cloc
 def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(frozen_clock, user):
     """A Tokyo account's "2025-07-02" starts at 2025-07-01 15:00 UTC, under a real token."""
     from django.core.management import call_command
-    from rest_framework.test import APIClient
 
     AccountProfile.objects.create(owner=user, time_zone="Asia/Tokyo")
     node = node_with_gpus("n1", count=1)
@@ -227,3 +225,11 @@ def test_the_usage_api_reads_dates_in_the_accounts_zone_under_token_auth(frozen_
     api.credentials(HTTP_AUTHORIZATION=f"Token {out.getvalue().strip()}")
     assert api.get("/api/v1/usage/?from=2025-07-02&to=2025-07-03").json()["totals"]["leases"] == 1
     assert api.get("/api/v1/usage/?from=2025-07-01&to=2025-07-02").json()["totals"]["leases"] == 0
+
+
+@pytest.mark.django_db
+def test_a_reversed_period_is_refused_naming_to():
+    api = APIClient()
+    api.force_authenticate(UserFactory())
+    resp = api.get("/api/v1/usage/?from=9999-12-31&to=0001-01-01")
+    assert resp.status_code == 400 and "to" in resp.json()

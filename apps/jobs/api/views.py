@@ -1,7 +1,7 @@
 """The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -45,6 +45,28 @@ def _int_param(request, name: str, default: int) -> int:
         raise ValidationError({name: ["Must be an integer."]}) from None
 
 
+ID_MAX = 2**63 - 1  # the largest primary key PostgreSQL and SQLite hold
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes"), ("", "0", "false", "no")
+
+
+def _id_param(request, name: str) -> int:
+    """A query parameter naming a row by id: 400 naming it when it is not an integer; an id no
+    row can have (below 1 or past 64 bits) is 404, as for any id that names nothing."""
+    value = _int_param(request, name, 0)
+    if not 1 <= value <= ID_MAX:
+        raise Http404
+    return value
+
+
+def _flag_param(request, name: str) -> bool:
+    """A yes/no query parameter (``1``/``true``/``yes`` or ``0``/``false``/``no``; absent: no);
+    a 400 naming it for any other word, so a typo never does the opposite of what was meant."""
+    word = request.query_params.get(name, "").strip().lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise ValidationError({name: [f"Must be one of {', '.join(w for w in TRUE_WORDS + FALSE_WORDS if w)}."]})
+    return word in TRUE_WORDS
+
+
 class JobListCreateView(generics.ListAPIView):
     """``GET``: my jobs, newest first (``?state=``). ``POST``: submit a spec."""
 
@@ -58,8 +80,9 @@ class JobListCreateView(generics.ListAPIView):
             if state not in JobState.values:
                 raise ValidationError({"state": [f"Must be one of {', '.join(JobState.values)}."]})
             qs = qs.filter(state=state)
-        if self.request.query_params.get("array"):  # the tasks of one array, by index
-            qs = qs.filter(array_id=_int_param(self.request, "array", 0)).order_by("array_index")
+        if self.request.query_params.get("array"):  # the tasks of one of my arrays, by index (another's: 404)
+            array = array_own_or_404(self.request.user, _id_param(self.request, "array"))
+            qs = qs.filter(array=array).order_by("array_index")
         return qs
 
     @extend_schema(
@@ -76,7 +99,7 @@ class JobListCreateView(generics.ListAPIView):
     def post(self, request):
         document = request.data
         attachments = {}
-        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        dry_run = _flag_param(request, "dry_run")
         if request.content_type.startswith(("multipart/", "application/x-www-form-urlencoded")):
             text = request.data.get("spec")
             if not text:

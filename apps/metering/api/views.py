@@ -47,6 +47,8 @@ class UsageView(APIView):
         with timezone.override(tz):  # naive times and plain dates are the account's, as on the page
             start = parse_when(request.query_params.get("from"), "from")
             end = parse_when(request.query_params.get("to"), "to")
+        if start and end and end < start:
+            raise ValidationError({"to": ["Must not be before `from`."]})
         leases = list(usage_leases(user=request.user, start=start, end=end))
         statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":

@@ -34,7 +34,7 @@ def _bundles(job: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's bundles, one per node rank.
 
     Raises:
-        CliError: exit 3 while the job runs, exit 6 when it ended without a bundle.
+        CliError: exit 3 while the job runs, exit 1 when it ended without a bundle (it did not succeed).
     """
     bundle = job.get("bundle")
     if not bundle:
@@ -42,7 +42,7 @@ def _bundles(job: dict[str, Any]) -> list[dict[str, Any]]:
             raise CliError(f"job {job['id']} is {job['state']}: its bundle comes when it is released "
                            f"(`e31 logs -f {job['id']}` follows it)", Exit.PENDING)
         reason = f": {job['status_message']}" if job.get("status_message") else ""
-        raise CliError(f"job {job['id']} ended {job.get('outcome')} without a bundle{reason}", Exit.NOT_FOUND)
+        raise CliError(f"job {job['id']} ended {job.get('outcome')} without a bundle{reason}", Exit.JOB_FAILED)
     return bundle.get("ranks") or [bundle]
 
 
