@@ -193,6 +193,16 @@ def _shell_terms(status: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def _job_user(launch: dict[str, Any], prepared: Any) -> tuple[int, int] | None:
+    """``(uid, gid)`` the command runs as when the shim starts it as another user (the sandbox's
+    slot user, or the launch's ``uid``), else None."""
+    if prepared is not None and prepared.uid is not None:
+        return int(prepared.uid), int(prepared.gid)
+    if prepared is None and launch.get("uid") is not None:
+        return int(launch["uid"]), int(launch["gid"])
+    return None
+
+
 def run(run_dir: Path) -> int:
     """Supervise the job described in ``run_dir``; returns the shim's exit status."""
     launch = json.loads((run_dir / "launch.json").read_text())
@@ -221,6 +231,10 @@ def run(run_dir: Path) -> int:
     # which stream each read came from and when (e31_agent.logindex).
     copier = StreamCopier(launch["log_path"])
     out_r, out_w, err_r, err_w = copier.pipes()
+    owner = _job_user(launch, prepared)
+    if owner is not None and os.geteuid() == 0:
+        for fd in (out_w, err_w):  # the job's own: `> /dev/stdout` or `tee /dev/stderr` reopens them
+            os.fchown(fd, *owner)
     try:
         child = subprocess.Popen(
             argv,

@@ -203,3 +203,20 @@ def test_limits_reach_the_command(tmp_path):
     lines = (tmp_path / "log").read_text().split("\n")
     assert lines[0] == "512" and lines[1] == str(2 * 1024 * 1024)
     assert lines[2].split()[-1] == str(cpu)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a job as another user needs root (as the agent has)")
+def test_a_job_run_as_another_user_may_reopen_its_own_stdout_and_stderr(tmp_path):
+    """``> /dev/stdout`` and ``tee /dev/stderr`` reopen the job's pipes by path: they are the job
+    user's, not the shim's (the QA pass found `Permission denied` in the sandbox)."""
+    job_dir = tmp_path / "jobs" / "7"
+    job_dir.mkdir(parents=True)
+    os.chown(job_dir, 54321, 54321)
+    env = build_env(job_dir=job_dir, spec_env={}, assignment_env={}, gpus=[0], marker=new_marker("test", 7, 1))
+    proc = JobProcess.start(["/bin/sh", "-c", "echo to-stdout > /dev/stdout; echo x | tee /dev/stderr"],
+                            cwd=job_dir, env=env, log_path=tmp_path / "logs" / "7-1.log",
+                            run_dir=tmp_path / "runs" / "7-1", limits={"uid": 54321, "gid": 54321})
+    supervise(proc, deadline=time.monotonic() + 10, cancel=threading.Event(), drop=threading.Event(), grace_s=1)
+    log = (tmp_path / "logs" / "7-1.log").read_text()
+    assert "Permission denied" not in log
+    assert sorted(log.split()) == ["to-stdout", "x", "x"]
