@@ -41,6 +41,7 @@ import httpx
 import pytest
 from django.conf import settings
 from django.db import connections
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from devstack import BASE_DIR, LocalStack
@@ -317,8 +318,14 @@ class Tour:
         self.page.wait_for_url(self.world.url + "/")
 
     def shot(self, name: str) -> str:
+        """A full-page screenshot kept as a test artifact. Chromium now and then answers "Unable to
+        capture screenshot" while a live push re-renders the page; one more try after it settles."""
         path = self.dir / f"{self.role}-{self.width}-{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
+        try:
+            self.page.screenshot(path=str(path), full_page=True)
+        except PlaywrightError:
+            self.page.wait_for_timeout(500)
+            self.page.screenshot(path=str(path), full_page=True)
         return path.name
 
     def visit(self, name: str, path: str | None, *, status: int = 200) -> None:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 from apps.agent_api.models import AgentReport
 from apps.jobs.models import Job, JobEvent
@@ -119,11 +120,13 @@ def check_reports_once(job_id: int, attempt: int = 1) -> list[str]:
     return types
 
 
-def check_log_once(job_id: int, attempt: int = 1) -> bytes:
+def check_log_once(stack, job_id: int, attempt: int = 1) -> bytes:
     """Log chunks tile the log: no byte stored twice, none missing (read from the database rows,
-    or from the storage object they were compacted into at release)."""
+    or from the storage object the stack's worker compacted them into at release, under the
+    stack's own media directory)."""
     job = Job.objects.get(pk=job_id)
-    chunks = log_pieces(job, attempt)
+    with override_settings(MEDIA_ROOT=str(stack.var_dir / "media")):
+        chunks = log_pieces(job, attempt)
     at = 0
     for chunk in chunks:
         assert chunk.offset == at, (chunk.offset, at)
@@ -220,7 +223,7 @@ def test_a_30_s_server_outage_loses_nothing(make_stack, api):
     job = client.get(f"/api/v1/jobs/{job_id}/").json()
     assert job["outcome"] == "succeeded", job
     check_reports_once(job_id)
-    assert check_log_once(job_id) == b"".join(b"line %d\n" % i for i in range(1, 61))
+    assert check_log_once(stack, job_id) == b"".join(b"line %d\n" % i for i in range(1, 61))
     details = list(JobEvent.objects.filter(job_id=job_id).values_list("detail", flat=True))
     assert len(details) == len(set(details)), details
     check_bundle(client, job)
@@ -243,6 +246,6 @@ def test_a_restarted_agent_takes_its_job_up_again(make_stack, api):
     job = client.get(f"/api/v1/jobs/{job_id}/").json()
     assert (job["outcome"], job["attempts"]) == ("succeeded", 1), job
     check_reports_once(job_id)
-    assert check_log_once(job_id) == b"".join(b"line %d\n" % i for i in range(1, 51))
+    assert check_log_once(stack, job_id) == b"".join(b"line %d\n" % i for i in range(1, 51))
     check_bundle(client, job)
     check_meter(job_id)
