@@ -253,6 +253,8 @@ def test_operator_report_shows_storage_by_kind_and_what_the_sweep_frees(frozen_c
     page = web(staff).get("/usage/report/")
     assert page.status_code == 200
     assert b"Next sweep frees" in page.content and b"Agent reports" in page.content
+    title = page.content.split(b"<title>")[1].split(b"</title>")[0]
+    assert b"<" not in title and page.content.count(b'id="storage-title"') == 1  # the table once, in the body
     assert web(owner).get("/usage/report/").status_code == 403
 
 
