@@ -179,14 +179,16 @@ class JobProcess:
         run_dir: Path,
         teardown: Sequence[str] | None = None,
         limits: dict[str, Any] | None = None,
-        start_timeout_s: float = 15.0,
+        start_timeout_s: float = 60.0,
     ) -> JobProcess:
         """Start ``argv`` (usually ``/bin/sh -c COMMAND``) under a new shim.
 
         ``limits`` may hold ``cpus`` (list of CPU ids), ``memory_bytes``,
         ``nofile``, ``uid`` and ``gid`` (see the shim). Writes
         ``launch.json`` and ``shim.json`` in ``run_dir``. Raises ``OSError``
-        when the shim cannot start the command within ``start_timeout_s``.
+        when the shim cannot start the command within ``start_timeout_s`` (60 s: a shim that exits
+        fails at once; the wait only covers a slow start, e.g. the sandbox's set-up on a loaded
+        host, which at 15 s once failed a job "did not start: no word" in a full CI run).
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
