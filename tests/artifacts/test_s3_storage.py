@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import tarfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from apps.artifacts.storage import object_store
 from apps.artifacts.verify import BundleInvalid, verify_archive, verify_archive_stream
 from apps.pool.models import Node
 from apps.pool.services import node_token_issue
+from tests.artifacts.test_bundle_verify import _tgz
 from tests.web.factories import rented_job
 
 MIB = 1024 * 1024
@@ -256,23 +256,8 @@ def test_the_sweep_drops_uploads_never_verified(owner, pool, s3_storage, s3_endp
 
 def _tar(members: list[tuple[str, bytes, bytes]], manifest: list[dict] | None = None, mode: str = "w:",
          tail: bytes = b"") -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, data, kind in members:
-            info = tarfile.TarInfo(name)
-            info.type = kind
-            if kind == tarfile.SYMTYPE:
-                info.linkname = data.decode()
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        if manifest is not None:
-            body = json.dumps({"job_id": 1, "files": manifest}).encode()
-            info = tarfile.TarInfo("manifest.json")
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    return buf.getvalue() + tail
+    """:func:`tests.artifacts.test_bundle_verify._tgz`, then ``tail`` appended."""
+    return _tgz(members, manifest, mode) + tail
 
 
 def _e(name: str, data: bytes) -> dict:
