@@ -50,3 +50,22 @@ def test_policies_by_name_and_unknown_ones_refused():
     assert policy_config("easy").name == "easy" and policy_config("e31").reservation_depth == 1
     with pytest.raises(ValueError, match="unknown scheduling policy 'sjf'"):
         policy_config("sjf")
+
+
+def test_the_job_size_factor_lifts_wide_jobs_in_proportion_to_the_pool():
+    """Slurm's job-size factor with ``PriorityFavorSmall=NO``: GPUs asked over the pool's GPUs,
+    times ``weight_size``; so a wide job is not left behind every narrow one of the same age."""
+    from apps.scheduling.core import JobRequest, PolicyConfig
+    from apps.scheduling.core.priority import order_multifactor, priority
+
+    config = PolicyConfig(name="e31", weight_size=3000.0)
+    narrow = JobRequest(1, "a", 0.0, 1, 1, 3600)
+    wide = JobRequest(2, "a", 0.0, 8, 8, 3600)  # 64 of the pool's 128 GPUs
+    base = priority(narrow, 100.0, config, 1.0, 128)
+    assert priority(wide, 100.0, config, 1.0, 128) - base == pytest.approx(3000.0 * (64 - 1) / 128)
+    no_size = PolicyConfig(name="e31", weight_size=0.0)
+    assert priority(wide, 100.0, config, 1.0) == priority(wide, 100.0, no_size, 1.0)  # pool unknown: no factor
+    order, _shares = order_multifactor([narrow, wide], 100.0, config, {}, 128)
+    assert [j.job_id for j in order] == [2, 1]
+    order, _shares = order_multifactor([narrow, wide], 100.0, no_size, {}, 128)
+    assert [j.job_id for j in order] == [1, 2]

@@ -116,6 +116,25 @@ def test_a_promised_job_is_not_passed_by_a_later_job_of_higher_priority():
                  usage={"heavy": 10**7})
     assert [p.job_id for p in d.placements] == [2]  # priority alone would pass it
 
+def test_a_new_job_the_bound_plan_starts_now_is_started_now_not_promised_now_and_started_later():
+    """Two GPUs; GPU 1 held until +1,000 s by its limit, +100 s by prediction. Job 1 (1 GPU,
+    500 s limit) came first; job 2 (both GPUs, an account that used nothing) came after and goes
+    first by priority, so its reservation from +100 s keeps job 1 off GPU 2. The bound plan (submit
+    order, time limits) starts job 1 now: its bound would be "now", so it is started now (before,
+    it was promised now and started at the next cycle: one job of KTH-SP2 passed its bound by 1 s)."""
+    now = 10_000.0
+    held = GpuSlot(1, "H100", 81559, now + 1000, now + 100, now - 10)
+    nodes = [NodeView(1, "n1", "up", [held, GpuSlot(2, "H100", 81559)], 64, 10**6, 64, 10**6)]
+    first = JobRequest(1, "heavy", now - 20, 1, 1, 500, predicted_runtime_s=400.0)
+    wide = JobRequest(2, "light", now - 10, 2, 1, 300, predicted_runtime_s=50.0)
+    d = schedule([first, wide], nodes, now, "e31", usage={"heavy": 10**7})
+    assert [p.job_id for p in d.placements] == [1]
+    (pending,) = d.pending
+    assert pending.job_id == 2 and pending.latest_start == now + 1000
+    d = schedule([first, wide], nodes, now, PolicyConfig(name="e31", keep_bounds=False), usage={"heavy": 10**7})
+    assert d.placements == []  # priority and the reservation alone keep job 1 waiting
+
+
 @pytest.mark.django_db
 def test_no_write_and_no_push_while_nothing_happened_behind_an_overrunning_run(owner, settings, monkeypatch, request):
     settings.E31_SCHEDULER_POLICY = "e31"

@@ -101,7 +101,7 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
     elif config.name == "easy":
         cycle.run_backfill(order_fifo(queue), depth=1, shares={})
     else:
-        order, shares = order_multifactor(queue, now, config, usage)
+        order, shares = order_multifactor(queue, now, config, usage, sum(len(n.gpus) for n in nodes))
         if config.keep_bounds:
             cycle.promise(queue, promises or {})
         cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares,
@@ -207,25 +207,48 @@ class _Cycle:
         shorter than the time to the next cycle the plan guarantees (the first end of a run by
         its limit: a replay, and the live loop, run a cycle at every end). Until that end, jobs
         the plan starts now and that wait delay every later job of the plan by at most the wait,
-        so while every promise has at least that much slack, none is broken."""
-        if not self.promises:
+        so while every promise has at least that much slack, none is broken. A job not yet
+        promised counts with the bound :meth:`kept_bounds` gives it at the end of this cycle (its
+        plan start plus ``bound_slack_s``): with no slack, one the plan starts now is started now,
+        not promised "now" and started at the next cycle."""
+        fresh = len(self.promises) < len(self.fifo)  # some queued job gets its first bound this cycle
+        if not self.promises and not fresh:
             return
-        due, slack = [], math.inf
-        for job, start, b in self._bound_walk():
-            if b is None or start is None:
+        due, slack, give = [], math.inf, self.config.bound_slack_s
+        for job, start, b in self._bound_walk(stop_at_last_promise=not fresh):
+            if start is None:
                 continue
+            if b is None:
+                b = float(math.ceil(start + give))
             slack = min(slack, b - start)
             if start <= self.now:
                 due.append(job)
         if not due or slack >= self.next_end() - self.now:
             return
         for job in due:
-            units, _why = self.pool.fit_now(job)
+            units = None
+            if self.constrained:  # where it delays no reservation, if it can
+                units, _why = self.pool.fit_now(job, self.allowed(job, self.planned(job), float(job.time_limit_s)),
+                                                self.constrained)
+            if not units:
+                units, _why = self.pool.fit_now(job)
+                if units and self.constrained:
+                    self.drop_reservations_on(units)
             if units:
                 self.place(job, units)
         gone = self.started
         self.waiting = [w for w in self.waiting if w[0].job_id not in gone]
         self.decision.reservations = [r for r in self.decision.reservations if r.job_id not in gone]
+
+    def drop_reservations_on(self, units: list[int]) -> None:
+        """A promise goes before a reservation by predictions: a job started by its promise on
+        ``units`` may take GPUs a reservation on those nodes planned on, so those reservations are
+        no longer reported (the jobs are estimated by the walk instead, later, never earlier)."""
+        nodes = {self.pool.units[u].node.node_id for u in units}
+        dropped = {r.job_id for r in self.decision.reservations if any(n in nodes for n, _ in r.nodes)}
+        if dropped:
+            self.decision.reservations = [r for r in self.decision.reservations if r.job_id not in dropped]
+            self.waiting = [(j, why, None if j.job_id in dropped else start) for j, why, start in self.waiting]
 
     def next_end(self) -> float:
         """The first end (epoch s) of what runs or starts now, by time limits; inf if nothing."""

@@ -4,9 +4,11 @@ Multifactor priority follows Slurm's priority/multifactor plugin
 (https://slurm.schedmd.com/priority_multifactor.html)::
 
     priority = weight_age * age + weight_fairshare * fairshare + weight_boost * boost
-               + weight_slowdown * slowdown
+               + weight_slowdown * slowdown + weight_size * size
 
-where ``age = min(wait / age_max, 1)``, ``slowdown = min(wait / planned run
+where ``age = min(wait / age_max, 1)``, ``size = GPUs asked / GPUs in the pool`` (Slurm's job-size
+factor with ``PriorityFavorSmall=NO``: the slowdown factor favours short jobs, this one keeps wide
+ones from being left behind every narrow one; issue 14 item 4), ``slowdown = min(wait / planned run
 / slowdown_max, 1)`` (Maui's "expansion factor": a short job that has waited
 long for its length rises; planned run = prediction, else time limit) and ``fairshare = 2 ** (-U / S)``
 (Slurm's classic fair-share formula: ``U`` the account's share of the
@@ -163,11 +165,15 @@ def fairshare_factors(queue: Iterable[JobRequest], usage: Mapping[str, float] | 
     return {a: fairshare_factor(usage.get(a, 0.0), total, n) for a in accounts}
 
 
-def priority(job: JobRequest, now: float, config: PolicyConfig, fairshare: float) -> float:
-    """Multifactor priority of one job (higher goes first); see the module docstring."""
+def priority(job: JobRequest, now: float, config: PolicyConfig, fairshare: float,
+             total_gpus: int = 0) -> float:
+    """Multifactor priority of one job (higher goes first); see the module docstring.
+    ``total_gpus``: the pool's GPUs, for the job-size factor (0: no size factor)."""
     wait = max(now - job.submitted_at, 0.0)
     age = min(wait / config.age_max_s, 1.0) if config.age_max_s > 0 else 1.0
     value = config.weight_age * age + config.weight_fairshare * fairshare + config.weight_boost * job.priority_boost
+    if config.weight_size and total_gpus > 0:
+        value += config.weight_size * min(job.gpus_per_node * job.nodes / total_gpus, 1.0)
     if config.weight_slowdown:
         value += config.weight_slowdown * slowdown_factor(job, wait, config.slowdown_max)
     return value
@@ -185,7 +191,8 @@ def slowdown_factor(job: JobRequest, wait: float, slowdown_max: float) -> float:
 
 
 def order_multifactor(queue: Iterable[JobRequest], now: float, config: PolicyConfig,
-                      usage: Mapping[str, float] | None) -> tuple[list[JobRequest], dict[str, float]]:
+                      usage: Mapping[str, float] | None,
+                      total_gpus: int = 0) -> tuple[list[JobRequest], dict[str, float]]:
     """Jobs waiting ``starvation_s`` or more first (boost, then submit time), then the
     rest by multifactor priority; ties by submit time, then id.
 
@@ -199,6 +206,6 @@ def order_multifactor(queue: Iterable[JobRequest], now: float, config: PolicyCon
             if config.starved_order == "widest":
                 return (0, -job.priority_boost, -job.gpus_per_node * job.nodes, job.submitted_at, job.job_id)
             return (0, -job.priority_boost, 0, job.submitted_at, job.job_id)
-        return (1, -priority(job, now, config, shares[job.account]), 0, job.submitted_at, job.job_id)
+        return (1, -priority(job, now, config, shares[job.account], total_gpus), 0, job.submitted_at, job.job_id)
 
     return sorted(queue, key=key), shares

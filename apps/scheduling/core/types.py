@@ -105,7 +105,8 @@ class PolicyConfig:
     ``guard_after_s`` (None: as long as ``starvation_s``) is guarded by its
     start in the plan by time limits.
     ``weight_slowdown`` and ``slowdown_max``: the slowdown factor of
-    :mod:`.priority` (0 turns it off).
+    :mod:`.priority` (0 turns it off). ``weight_size``: the job-size factor of :mod:`.priority`
+    (GPUs asked over the pool's; Slurm ``PriorityWeightJobSize`` favouring large jobs).
     ``keep_bounds`` (``e31``): a "no later than" bound once given is a promise the cycle keeps
     (see :mod:`.core`); ``bound_slack_s``: a new job's bound is its start in the plan by time
     limits plus this (a looser promise leaves the priority order more room).
@@ -133,6 +134,7 @@ class PolicyConfig:
     bound_slack_s: float = 0.0
     estimate_order: str = "queue"
     starved_order: str = "fifo"
+    weight_size: float = 3000.0
 
 
 @dataclass(frozen=True)
