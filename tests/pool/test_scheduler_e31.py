@@ -104,7 +104,8 @@ def test_easy_plus_plus_judges_by_predictions_and_guards_an_old_head_by_time_lim
 def test_backfill_tries_the_shortest_predicted_job_first_and_positions_keep_priority_order():
     nodes = [node(1, 8, busy_until=(NOW + 600,) * 6)]
     queue = [job(1, 8), job(2, 2, limit=500, predicted_runtime_s=400), job(3, 2, limit=500, predicted_runtime_s=100)]
-    config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0)  # priority = submit order
+    config = PolicyConfig(name="e31", reservation_depth=1, weight_slowdown=0,  # priority = submit order
+                          backfill_order="shortest")
     d = schedule(queue, nodes, NOW, config)
     assert [p.job_id for p in d.placements] == [3]
     assert [(p.job_id, p.queue_position) for p in d.pending] == [(1, 1), (2, 2)]

@@ -15,11 +15,11 @@ Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
 ``e31`` (ours)
     EASY++ (Tsafrir, Etsion and Feitelson, IEEE TPDS 18(6), 2007) with
     fair share: the queue is ordered by multifactor priority (age, fair
-    share, slowdown so far, operator boost; see :mod:`.priority`); the top
+    share, slowdown so far, job size, operator boost; see :mod:`.priority`); the top
     ``reservation_depth`` jobs that cannot start get reservations planned
-    with *predicted* run times; the jobs left are then tried shortest
-    predicted run first (SJBF), and one starts now only if, by its declared
-    time limit, it delays no reservation (SPEC §5). With
+    with *predicted* run times; the jobs left are then tried in priority order
+    (``backfill_order``; ``shortest``: shortest predicted run first, SJBF), and one starts
+    now only if, by its declared time limit, it delays no reservation (SPEC §5). With
     ``backfill_by_limit`` off, backfill is judged by predictions too (EASY++
     proper); then a head that has waited ``starvation_s`` is also *guarded*
     as in EASY: its start in the plan by time limits is held too, so jobs

@@ -95,8 +95,9 @@ class PolicyConfig:
     age factor reaches 1 (Slurm ``PriorityMaxAge``). ``starvation_s``: a job
     waiting this long goes before every younger job whatever its priority
     (first come, first served among such jobs), so no job waits forever.
-    ``backfill_order``: ``shortest`` (the jobs after the reserved ones are
-    tried shortest planned run first, SJBF) or ``priority``.
+    ``backfill_order``: ``priority`` (the jobs after the reserved ones are tried in queue order;
+    the default since issue 14, docs/benchmarks-scheduler.md) or ``shortest`` (shortest planned
+    run first, SJBF).
     ``backfill_by_limit``: a job may backfill onto a reservation's GPUs only
     if it delays no reservation *by its declared time limit* (SPEC §5; the
     default). False gives EASY++ (Tsafrir et al. 2007): backfill judged by
@@ -124,8 +125,8 @@ class PolicyConfig:
     weight_boost: float = 1.0
     age_max_s: float = 86400.0
     fairshare_half_life_s: float = 7 * 86400.0
-    starvation_s: float = 6 * 3600.0
-    backfill_order: str = "shortest"
+    starvation_s: float = 12 * 3600.0
+    backfill_order: str = "priority"
     backfill_by_limit: bool = True
     guard_after_s: float | None = None
     weight_slowdown: float = 1000.0
