@@ -1,7 +1,17 @@
 """Pure helpers of the e31 policy: decay, fair share (Slurm classic), runtime prediction (Tsafrir et al. 2007)."""
 import pytest
 
-from apps.scheduling.core import UsageLedger, decay, fairshare_factor, planned_end, policy_config, predict_runtime
+from apps.scheduling.core import (
+    JobRequest,
+    PolicyConfig,
+    UsageLedger,
+    decay,
+    fairshare_factor,
+    planned_end,
+    policy_config,
+    predict_runtime,
+)
+from apps.scheduling.core.priority import order_multifactor, priority
 
 DAY = 86400.0
 
@@ -55,9 +65,6 @@ def test_policies_by_name_and_unknown_ones_refused():
 def test_the_job_size_factor_lifts_wide_jobs_in_proportion_to_the_pool():
     """Slurm's job-size factor with ``PriorityFavorSmall=NO``: GPUs asked over the pool's GPUs,
     times ``weight_size``; so a wide job is not left behind every narrow one of the same age."""
-    from apps.scheduling.core import JobRequest, PolicyConfig
-    from apps.scheduling.core.priority import order_multifactor, priority
-
     config = PolicyConfig(name="e31", weight_size=3000.0)
     narrow = JobRequest(1, "a", 0.0, 1, 1, 3600)
     wide = JobRequest(2, "a", 0.0, 8, 8, 3600)  # 64 of the pool's 128 GPUs

@@ -116,6 +116,7 @@ def test_a_promised_job_is_not_passed_by_a_later_job_of_higher_priority():
                  usage={"heavy": 10**7})
     assert [p.job_id for p in d.placements] == [2]  # priority alone would pass it
 
+
 def test_a_new_job_the_bound_plan_starts_now_is_started_now_not_promised_now_and_started_later():
     """Two GPUs; GPU 1 held until +1,000 s by its limit, +100 s by prediction. Job 1 (1 GPU,
     500 s limit) came first; job 2 (both GPUs, an account that used nothing) came after and goes
