@@ -7,7 +7,6 @@ layer, Celery tasks run eagerly in-process. Production: ``DATABASE_URL``
 from __future__ import annotations
 
 import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -16,6 +15,7 @@ import dj_database_url
 from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, HealthSource, PrestageState, ReportType
 
 from .env import env_bool, env_float, env_int, env_list, env_str
+from .secretfile import read_or_create
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Files at rest (issue 11): everything the site writes (var/, the SQLite file,
@@ -32,14 +32,7 @@ def _secret_key() -> str:
     key = env_str("SECRET_KEY")
     if key:
         return key
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        # Created 0600 (never readable by others, even for a moment).
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(50))
-    path.chmod(0o600)
-    return path.read_text().strip()
+    return read_or_create(VAR_DIR / "secret_key", 50)  # 0600; safe when web and worker start at once
 
 
 SECRET_KEY = _secret_key()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from apps.metering.tasks import budget_alerts_task
 from apps.pool.services import node_token_issue
 from apps.scheduling.cycle_loop import CycleLoop, cycle_wanted, set_runner
 from e31site.asgi import application
+from e31site.secretfile import read_or_create
 
 log = logging.getLogger("e31.standalone")
 
@@ -65,12 +65,7 @@ def demo_account() -> tuple[str, str]:
     path = Path(settings.VAR_DIR) / "demo_password"
     password = os.environ.get("E31_DEMO_PASSWORD", "")
     if not password:
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(12))
-        path.chmod(0o600)
-        password = path.read_text().strip()
+        password = read_or_create(path, 12)
     user, _ = get_user_model().objects.get_or_create(username="demo", defaults={"is_staff": True,
                                                                                 "is_superuser": True})
     if not user.check_password(password):

@@ -42,6 +42,42 @@ def test_a_fresh_var_dir_and_its_secrets_are_private(tmp_path):
     assert mode(var / "media" / "uploads" / "x" / "y.bin") == 0o600
 
 
+@pytest.mark.django_db(databases=[])
+def test_processes_starting_at_once_on_a_fresh_var_dir_all_read_one_secret_key(tmp_path):
+    """The web process and the worker start together on a fresh ``var/`` (devstack, ``make run``):
+    each must read the one key the first made, not fail because it exists (a CI run lost its web
+    process that way) nor read it half-written. Twelve real processes load the settings at once."""
+    var = tmp_path / "var"
+    code = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY")}
+    env.update(E31_VAR_DIR=str(var), DJANGO_SETTINGS_MODULE="e31site.settings")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).parents[2],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(12)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 12, [err for _out, err in results if err][:1]
+    keys = {out.strip() for out, _err in results}
+    assert len(keys) == 1 and len(keys.pop()) >= 50
+    assert mode(var / "secret_key") == 0o600
+    assert sorted(p.name for p in var.iterdir() if p.name.startswith(".secret_key")) == []  # no temporary left
+
+
+def test_a_process_that_loses_the_race_for_a_secret_uses_the_winners(tmp_path, monkeypatch):
+    """The interleaving the test above can only hope to hit: another process creates the file
+    between this one's check and its own link; this one then reads the other's secret."""
+    from e31site import secretfile
+
+    path = tmp_path / "secret_key"
+    real_link = os.link
+
+    def other_process_first(src, dst):
+        Path(dst).write_text("the-winners-secret")
+        real_link(src, dst)  # raises FileExistsError, as it would
+
+    monkeypatch.setattr(secretfile.os, "link", other_process_first)
+    assert secretfile.read_or_create(path, 50) == "the-winners-secret"
+    assert mode(path) == 0o600 and [p.name for p in tmp_path.iterdir()] == ["secret_key"]
+
+
 def test_files_private_fixes_an_older_install(tmp_path, settings):
     from e31site.standalone import demo_account, files_private
     var = tmp_path / "var"
