@@ -112,7 +112,15 @@ class LocalStack:
 
         Raises:
             TimeoutError: something did not come up within ``timeout`` seconds.
+            RuntimeError: a process exited while starting. Either way what was started is stopped.
         """
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # a stack that did not come up leaves no process behind (one held a CI run's database)
+            raise
+
+    def _start(self, timeout: float) -> LocalStack:
         import redis
 
         self.var_dir.mkdir(parents=True, exist_ok=True)
