@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "apps.agent_api",
     "apps.live",
     "apps.web",
+    "apps.ops",
     "e31site",  # wiring only; it hosts `manage.py standalone` (make run)
     "axes",  # sign-in throttling (issue 11): AXES_* below
 ]
@@ -350,7 +351,8 @@ if E31_HTTPS:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("E31_HSTS_SUBDOMAINS", False)
     SECURE_SSL_REDIRECT = env_bool("E31_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # the TLS proxy must set (or strip) it
-    SECURE_REDIRECT_EXEMPT = [r"^api/v1/agent/"]  # agents are told the https URL; never bounce their bodies
+    # agents are told the https URL (never bounce their bodies); a load balancer probes health over plain HTTP
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/agent/", r"^healthz$", r"^readyz$"]
 
 LOGGING = {
     "version": 1,

@@ -32,4 +32,5 @@ urlpatterns = [
     path("account/", include("apps.web.metering.account_urls")),
     path("pool/", include("apps.web.pool.urls")),
     path("notices/", include("apps.web.notices.urls")),
+    path("", include("apps.ops.urls")),
 ]

@@ -1,0 +1,1 @@
+"""What an operator's tools probe: health (``/healthz``, ``/readyz``)."""
