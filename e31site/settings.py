@@ -403,6 +403,9 @@ E31_POLICY_OVERRIDES = {
 }
 E31_FAIRSHARE_HALF_LIFE_S = env_float("E31_FAIRSHARE_HALF_LIFE_S", 7 * 86400.0)
 E31_CYCLE_STATS_KEEP = env_int("E31_CYCLE_STATS_KEEP", 500)
+# /metrics answers only `Authorization: Bearer <this>` (docs/deploy.md); empty: /metrics is closed (401).
+# `make run` generates one into var/metrics_token (e31site/standalone.py).
+E31_METRICS_TOKEN = env_str("E31_METRICS_TOKEN")
 # Pre-staging (issue 14 item 5, apps.scheduling.core.prestage): a queued job's inputs go to its planned
 # node(s) once its likely start is within input bytes / rate; the rate is the node's measured one, else
 # this default (bytes per second). Inputs of unknown size (not uploads) count as the next setting (bytes).

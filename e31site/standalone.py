@@ -74,6 +74,16 @@ def demo_account() -> tuple[str, str]:
     return "demo", password
 
 
+def metrics_token() -> str:
+    """Set ``E31_METRICS_TOKEN`` (``/metrics``'s bearer) from the environment or, on a first run,
+    one generated and kept in ``var/metrics_token`` (0600). Returns where a scraper finds it, in words."""
+    if settings.E31_METRICS_TOKEN:
+        return "E31_METRICS_TOKEN"
+    path = Path(settings.VAR_DIR) / "metrics_token"
+    settings.E31_METRICS_TOKEN = read_or_create(path, 24)
+    return str(path)
+
+
 def files_private() -> list[Path]:
     """Make the site's files at rest its user's alone (issue 11): ``var/`` and media 0700,
     the SQLite database (and its -wal/-shm), the secret key and the demo password 0600.
@@ -85,7 +95,8 @@ def files_private() -> list[Path]:
     media = Path(settings.MEDIA_ROOT)
     media.mkdir(mode=0o700, parents=True, exist_ok=True)
     db = Path(str(settings.DATABASES["default"]["NAME"]))
-    wanted = {var: 0o700, media: 0o700, var / "secret_key": 0o600, var / "demo_password": 0o600}
+    wanted = {var: 0o700, media: 0o700, var / "secret_key": 0o600, var / "demo_password": 0o600,
+              var / "metrics_token": 0o600}
     if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         wanted.update({db: 0o600, Path(f"{db}-wal"): 0o600, Path(f"{db}-shm"): 0o600})
     for root, dirs, files in os.walk(media):  # uploads and bundles stored before the umask
@@ -306,6 +317,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
     url = f"http://{host}:{port}"
     files_private()
     user, password = demo_account()
+    metrics_bearer = metrics_token()
     beat = Beat(settings.CELERY_BEAT_SCHEDULE["schedule-cycle"]["schedule"])
     cycles = CycleLoop()
     local_agents = LocalAgents(url, agents)
@@ -319,6 +331,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
         cycles.start()
         print(f"\n  E31 Network is running at {url}/\n  Sign in as {user} / {password}\n"
               f"  Agents: {', '.join(f'{a.name} ({a.simulate})' for a in agents)}; logs in var/agents/\n"
+              f"  Metrics: {url}/metrics with the bearer token in {metrics_bearer}\n"
               "  Press Ctrl-C to stop.\n", flush=True)
 
     def end_running_jobs() -> None:

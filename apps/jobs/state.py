@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
+from apps.core.observe import observe
 from apps.pool import signals as pool_signals
 from apps.scheduling.tasks import enqueue_schedule_cycle
 
@@ -88,6 +89,9 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     for key, value in values.items():
         setattr(job, key, value)
     event_add(job, detail=detail, from_state=src, to_state=to, at=now)
+    if to == JobState.RUNNING and job.attempt == 1:  # submit to first running: /metrics' start latency
+        waited_s = (now - job.submitted_at).total_seconds()
+        transaction.on_commit(lambda: observe("start", waited_s))
     if JobState.QUEUED in (src, to) or to == JobState.RELEASED:
         pool_signals.pool_changed.send(sender=Job)  # GPUs taken or given back, or the queue length changed
     if to in (JobState.QUEUED, JobState.RELEASED):

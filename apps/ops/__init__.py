@@ -1,1 +1,1 @@
-"""What an operator's tools probe: health (``/healthz``, ``/readyz``)."""
+"""What an operator's tools probe and scrape: health (``/healthz``, ``/readyz``) and ``/metrics``."""

@@ -5,4 +5,5 @@ from apps.ops import views
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
 ]

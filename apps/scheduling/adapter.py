@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core.choices import NodeState
+from apps.core.observe import observe
 from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
 from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
@@ -301,6 +302,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
 def _keep_cycle_stat(now: datetime, policy: str, seconds: float, queued: int, placed: int) -> None:
     """Store the cycle's figures for the admin; trim to the newest ``E31_CYCLE_STATS_KEEP``."""
     stat = SchedulerCycle.objects.create(at=now, policy=policy, seconds=seconds, queued=queued, placed=placed)
+    transaction.on_commit(lambda: observe("scheduler_cycle", seconds))
     if stat.pk % 100 == 0:
         keep = settings.E31_CYCLE_STATS_KEEP
         cutoff = SchedulerCycle.objects.order_by("-pk").values_list("pk", flat=True)[keep:keep + 1].first()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os.path
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from apps.artifacts.models import Upload
 from apps.core.choices import JobState
+from apps.core.observe import observe
 from apps.jobs import signals
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.retention import uploads_lock
@@ -90,6 +92,7 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
         SpecError: the spec is invalid, no known node could ever hold it, or its
             worst case exceeds what is left of the owner's monthly spend limit.
     """
+    started = time.perf_counter()
     spec = spec_validate(document, owner=owner, attachments=attachments)
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
@@ -103,6 +106,7 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
         job.save()
         JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
         after_submit(owner.pk, [job.pk])
+    observe("submit", time.perf_counter() - started)  # /metrics' submit latency: accepted submits only
     return job
 
 
