@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import base64
 import gzip
+import heapq
 import io
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -121,10 +123,18 @@ def log_pieces(job: Job, attempt: int, rank: int = 0, *, start: int = 0,
     from the database while the job lives, from its storage object once compacted. A compacted
     object that is gone (retention deleted it) reads as an empty log.
     """
+    return list(log_pieces_iter(job, attempt, rank, start=start, end=end))
+
+
+def log_pieces_iter(job: Job, attempt: int, rank: int = 0, *, start: int = 0,
+                    end: int | None = None) -> Iterator[LogPiece]:
+    """:func:`log_pieces` one piece at a time: memory stays one piece (at most a chunk, or one
+    record of the compacted object) however long the log."""
     done = _compacted(job, attempt)
     if done is not None:
-        out = []
+        pieces: list[LogPiece] = []
         try:
+            # The object holds its records in (rank, offset) order (log_compact writes them so).
             for r in _object_records(done["name"]):
                 data = r["text"].encode() if "text" in r else base64.b64decode(r.get("b64", ""))
                 if r.get("rank", 0) != rank or r["offset"] + len(data) <= start:
@@ -132,21 +142,23 @@ def log_pieces(job: Job, attempt: int, rank: int = 0, *, start: int = 0,
                 if end is not None and r["offset"] >= end:
                     continue
                 at = datetime.fromisoformat(r["at"]) if r.get("at") else None
-                out.append(LogPiece(r["offset"], data, r.get("stream") or LogStream.COMBINED, at))
+                pieces.append(LogPiece(r["offset"], data, r.get("stream") or LogStream.COMBINED, at))
+                if len(pieces) > 1:
+                    yield pieces.pop(0)
         except (OSError, ValueError, KeyError):
             log.warning("log object %s of job %s cannot be read", done.get("name"), job.pk, exc_info=True)
-            return []
-        return sorted(out, key=lambda p: p.offset)
+            return
+        yield from pieces
+        return
     chunks = LogChunk.objects.filter(job=job, attempt=attempt, node_rank=rank,
                                      offset__gte=max(0, start - settings.E31_LOG_MAX_BYTES))
     if end is not None:
         chunks = chunks.filter(offset__lt=end)
-    out = []
-    for chunk in chunks.order_by("offset"):
-        data = bytes(chunk.data)
-        if chunk.offset + len(data) > start:
-            out.append(LogPiece(chunk.offset, data, chunk.stream, chunk.at))
-    return out
+    for offset, raw, stream, at in chunks.order_by("offset").values_list("offset", "data", "stream", "at").iterator(
+            chunk_size=64):
+        data = bytes(raw)
+        if offset + len(data) > start:
+            yield LogPiece(offset, data, stream, at)
 
 
 def log_bytes(job: Job, attempt: int, rank: int = 0, *, offset: int = 0, limit: int = 1024 * 1024,
@@ -200,31 +212,51 @@ class LogLine:
                 "at": self.at.isoformat() if self.at else None, "text": self.text}
 
 
-def lines_of(pieces: Iterable[LogPiece], *, first_n: int = 1) -> list[LogLine]:
-    """Split pieces into lines. A line a stream leaves open is continued by that stream's next
-    piece (stdout and stderr interleave without mixing); lines are in order of their first byte."""
-    open_: dict[str, tuple[int, datetime | None, bytearray]] = {}
-    done: list[tuple[int, str, datetime | None, bytes, bool]] = []
+LineRecord = tuple[int, str, "datetime | None", bytes, bool]  # start, stream, at, bytes, newline
+
+
+def line_records(pieces: Iterable[LogPiece]) -> Iterator[LineRecord]:
+    """The lines of ``pieces`` (in offset order) as ``(first byte, stream, at, bytes, newline)``, in
+    order of their first byte, one at a time. A line a stream leaves open is continued by that
+    stream's next piece (stdout and stderr interleave without mixing). Memory: the lines still open
+    (one per stream) and those complete but not yet in order behind them, never the whole log."""
+    open_: dict[str, tuple[int, datetime | None, list[bytes]]] = {}
+    ready: list[tuple[int, int, LineRecord]] = []  # a heap by first byte
+    seq = 0
     for piece in pieces:
-        start, at, buf = open_.pop(piece.stream, (piece.offset, piece.at, bytearray()))
-        pos = 0
-        data = piece.data
-        while True:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            buf += data[pos:nl]
-            done.append((start, piece.stream, at, bytes(buf), True))
-            pos = nl + 1
-            start, at, buf = piece.offset + pos, piece.at, bytearray()
-        if pos < len(data):
-            buf += data[pos:]
-            open_[piece.stream] = (start, at, buf)
-    for stream, (start, at, buf) in open_.items():
-        done.append((start, stream, at, bytes(buf), False))
-    done.sort(key=lambda line: line[0])
-    return [LogLine(first_n + i, start, stream, at, text.decode("utf-8", errors="replace"), newline)
-            for i, (start, stream, at, text, newline) in enumerate(done)]
+        start, at, parts = open_.pop(piece.stream, (piece.offset, piece.at, []))
+        *complete, rest = piece.data.split(b"\n")
+        pos = piece.offset
+        for text in complete:
+            parts.append(text)
+            heapq.heappush(ready, (start, seq, (start, piece.stream, at, b"".join(parts), True)))
+            seq += 1
+            pos += len(text) + 1
+            start, at, parts = pos, piece.at, []
+        if rest:
+            parts.append(rest)
+        if parts:
+            open_[piece.stream] = (start, at, parts)
+        # A line starting before every line still open can no longer be overtaken: later pieces
+        # only start lines after this one's end.
+        horizon = min((first for first, _, _ in open_.values()), default=None)
+        while ready and (horizon is None or ready[0][0] < horizon):
+            yield heapq.heappop(ready)[2]
+    for stream, (start, at, parts) in open_.items():
+        heapq.heappush(ready, (start, seq, (start, stream, at, b"".join(parts), False)))
+        seq += 1
+    while ready:
+        yield heapq.heappop(ready)[2]
+
+
+def _line(n: int, record: LineRecord) -> LogLine:
+    start, stream, at, text, newline = record
+    return LogLine(n, start, stream, at, text.decode("utf-8", errors="replace"), newline)
+
+
+def lines_of(pieces: Iterable[LogPiece], *, first_n: int = 1) -> list[LogLine]:
+    """Split pieces into lines (:func:`line_records`), numbered from ``first_n``."""
+    return [_line(first_n + i, record) for i, record in enumerate(line_records(pieces))]
 
 
 @dataclass(frozen=True)
@@ -246,22 +278,33 @@ def log_lines(job: Job, attempt: int, rank: int = 0, *, stream: str | None = Non
               offset: int | None = None, limit: int = 500) -> LogPage:
     """A page of the whole kept log (attempt, rank) as lines, filtered and searched on the server.
 
+    One pass over the log (at most ``E31_LOG_MAX_BYTES`` per rank), holding only the page: memory is
+    O(``limit``) lines whatever the log's length (issue 26: a 4,000,000-line log read whole took
+    +1 GB and 113 s a request).
+
     Args:
         stream: "stdout" or "stderr" keeps that stream's lines only ("combined" lines count as stdout).
         q: keep lines containing this text, case-insensitive, taken literally (no pattern).
         offset: matching lines to skip; None: the last page (the tail). Past the end: an empty page.
         limit: lines per page.
     """
-    lines = lines_of(log_pieces(job, attempt, rank))
-    if stream:
-        lines = [line for line in lines if _stream_of(line.stream) == stream]
-    if q:
-        needle = re.compile(re.escape(q), re.IGNORECASE)
-        lines = [line for line in lines if needle.search(line.text)]
-    total = len(lines)
+    # An ASCII needle is matched on the bytes (no decode per line); any other on the decoded text,
+    # so case folding stays Unicode's.
+    needle = re.compile(re.escape(q.encode() if q.isascii() else q), re.IGNORECASE) if q else None
+    window: deque[tuple[int, LineRecord]] = deque(maxlen=limit if offset is None else None)
+    total = 0
+    for n, record in enumerate(line_records(log_pieces_iter(job, attempt, rank)), start=1):
+        if stream and _stream_of(record[1]) != stream:
+            continue
+        if needle is not None and not needle.search(
+                record[3] if q.isascii() else record[3].decode("utf-8", errors="replace")):
+            continue
+        if offset is None or offset <= total < offset + limit:
+            window.append((n, record))
+        total += 1
     if offset is None:
         offset = max(0, total - limit)
-    return LogPage(lines[offset:offset + limit], total, offset)
+    return LogPage([_line(n, record) for n, record in window], total, offset)
 
 
 def log_compact(job_id: int) -> list[str]:
