@@ -60,6 +60,13 @@ def _body(request: HttpRequest, fh, start: int, length: int) -> Iterator[bytes] 
     return _astream(fh, start, length) if isinstance(raw, ASGIRequest) else _stream(fh, start, length)
 
 
+_HUGE = 10**18  # past any file; a longer number is read as this (int() refuses > 4,300 digits: a 500)
+
+
+def _position(digits: str) -> int:
+    return int(digits) if len(digits) <= 18 else _HUGE
+
+
 def byte_range(header: str, size: int) -> tuple[int, int] | None:
     """The inclusive ``(first, last)`` byte range a ``Range`` header asks of ``size`` bytes.
 
@@ -72,13 +79,13 @@ def byte_range(header: str, size: int) -> tuple[int, int] | None:
         return None
     first, last = match.groups()
     if first:
-        start = int(first)
-        if last and int(last) < start:
+        start = _position(first)
+        if last and _position(last) < start:
             return None
         if start >= size:
             return UNSATISFIABLE
-        return start, min(int(last), size - 1) if last else size - 1
-    suffix = int(last)
+        return start, min(_position(last), size - 1) if last else size - 1
+    suffix = _position(last)
     if suffix == 0 or size == 0:
         return UNSATISFIABLE
     return max(0, size - suffix), size - 1

@@ -21,6 +21,14 @@ def test_it_knows_an_unsatisfiable_range():
     assert byte_range("bytes=-0", 100) == UNSATISFIABLE
 
 
+def test_a_number_of_thousands_of_digits_is_past_any_file_not_a_500():
+    huge = "9" * 5000  # int() refuses over 4,300 digits (CPython's int_max_str_digits)
+    assert byte_range(f"bytes={huge}-", 100) == UNSATISFIABLE
+    assert byte_range(f"bytes=10-{huge}", 100) == (10, 99)
+    assert byte_range(f"bytes=-{huge}", 100) == (0, 99)
+    assert byte_range(f"bytes={huge}-1", 100) is None
+
+
 def test_a_plain_tar_bundle_is_named_and_typed_as_one():
     from apps.artifacts.http import archive_label
 
