@@ -22,9 +22,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # media, the secret key, the demo password) is its user's alone: 0700
 # directories, 0600 files. The umask covers files made later (uploads, bundles).
 os.umask(0o077)
+# `make lint` (E31_LINT=1, issue 22) only reads the code (makemigrations --check, the tests' syntax
+# checks) and writes nothing: no var/, a placeholder key, an in-memory database. Any other process
+# (`make run`, a worker, the tests) makes var/ and keeps its key there, as before.
+E31_LINT = env_bool("E31_LINT", False)
 VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-VAR_DIR.chmod(0o700)
+if not E31_LINT:
+    VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    VAR_DIR.chmod(0o700)
 
 
 def _secret_key() -> str:
@@ -32,6 +37,8 @@ def _secret_key() -> str:
     key = env_str("SECRET_KEY")
     if key:
         return key
+    if E31_LINT:  # never serves; `check --deploy` flags the prefix
+        return "django-insecure-lint-only-never-serves"
     return read_or_create(VAR_DIR / "secret_key", 50)  # 0600; safe when web and worker start at once
 
 
@@ -109,7 +116,9 @@ TEMPLATES = [
 
 # Database: PostgreSQL through DATABASE_URL, else SQLite under var/ (standalone).
 DATABASE_URL = env_str("DATABASE_URL")
-if DATABASE_URL:
+if E31_LINT:  # lint needs no database server and leaves no file
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+elif DATABASE_URL:
     # Under ASGI every request's sync code runs in a fresh thread, so Django's
     # per-thread persistent connections would reconnect (a PostgreSQL backend
     # fork) on each request; psycopg's pool keeps connections across threads.
@@ -236,10 +245,11 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+if not E31_LINT:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves STATIC_ROOT (collectstatic, at deploy); while it is empty (`make run`, tests) it
 # serves static/ and the apps' static files where they lie (finders), so nothing has to be collected.
-WHITENOISE_USE_FINDERS = env_bool("E31_STATIC_FINDERS", not any(STATIC_ROOT.iterdir()))
+WHITENOISE_USE_FINDERS = env_bool("E31_STATIC_FINDERS", not STATIC_ROOT.is_dir() or not any(STATIC_ROOT.iterdir()))
 MEDIA_ROOT = Path(env_str("E31_MEDIA_ROOT", str(VAR_DIR / "media")))
 FILE_UPLOAD_PERMISSIONS = 0o600
 FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700

@@ -5,7 +5,9 @@ cannot be hidden by moving an import into a function. Cycles are the strongly co
 components (Tarjan) of the import graph restricted to ``apps.*``; each is printed with one
 shortest loop through it.
 
-    .venv/bin/python scripts/import_cycles.py [--package apps] [--allow-cycle a.b,a.c ...]
+    .venv/bin/python scripts/import_cycles.py [--package apps] [--root DIR] [--allow-cycle a.b,a.c ...]
+
+``--root`` is the directory the package is found in (default: the repository's root).
 
 ``--allow-cycle`` names one known cycle exactly (its modules, comma-separated): it is listed but
 does not fail the check; any other cycle, or that one grown, still fails. Exit status 0: no cycle
@@ -100,10 +102,11 @@ def shortest_loop(edges: dict[str, set[str]], component: list[str]) -> list[str]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", default="apps")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the directory holding the package (default: the repo)")
     parser.add_argument("--allow-cycle", action="append", default=[], metavar="MODULES",
                         help="a known cycle, its modules comma-separated (listed, not failing)")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(args.root.resolve()))
     allowed = [sorted(m.strip() for m in a.split(",") if m.strip()) for a in args.allow_cycle]
     edges = import_graph(args.package)
     found = cycles(edges)

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from apps.agent_api.reports import lease_for
+from apps.core import clock
 from apps.jobs.services.samples import samples_store
 from apps.pool.models import Node
 
@@ -26,4 +26,4 @@ def agent_samples_store(*, node: Node, job_id: int, attempt: int, gpu_source: st
     with transaction.atomic():
         rank = lease_for(node, job_id, attempt).node_rank
         return samples_store(job_id=job_id, attempt=attempt, rank=rank, gpu_source=gpu_source, samples=samples,
-                             now=now or timezone.now())
+                             now=now or clock.now())

@@ -6,22 +6,21 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
 from apps.agent_api.models import AgentReport
 from apps.artifacts.models import Upload
+from apps.core import clock
 from apps.core.choices import JobState
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
-from apps.metering.models import Lease
+from apps.metering.selectors import attempt_leases, leases_on, leases_open_on
 from apps.pool.models import Node
 
 
 def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
     """Assignments not yet accepted, cancels pending, and queued jobs' inputs to pre-stage for ``node``
     (docs/agent-protocol.md)."""
-    now = now or timezone.now()
-    leases = list(Lease.objects.filter(node=node, released_at__isnull=True)
-                  .select_related("job", "job__array").prefetch_related("lease_gpus__gpu"))
+    now = now or clock.now()
+    leases = list(leases_open_on(node).select_related("job", "job__array").prefetch_related("lease_gpus__gpu"))
     assignments, cancel = [], []
     for lease in leases:
         job = lease.job
@@ -42,17 +41,17 @@ def node_may_fetch_upload(node: Node, upload: Upload) -> bool:
 
     Anything else answers 404: a node token reads no other input.
     """
-    specs = Lease.objects.filter(node=node, released_at__isnull=True,
-                                 job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+    specs = leases_open_on(node).filter(job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
     if any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or []):
         return True
     return node_may_prestage_upload(node, upload)
 
 
-def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
+def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
+    """The assignment of ``lease`` (an open lease row of :func:`leases_open_on`, its job and GPUs read)."""
     job = lease.job
     gpus = sorted((lg.gpu for lg in lease.lease_gpus.all()), key=lambda g: g.index)
-    ranks = list(Lease.objects.filter(job=job, attempt=lease.attempt).select_related("node").order_by("node_rank"))
+    ranks = attempt_leases(job_id=job.pk, attempt=lease.attempt)
     master = ranks[0].node.hostname or ranks[0].node.name
     deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
     return {
@@ -86,12 +85,11 @@ def ended_attempts(node: Node, listed: set[tuple[int, int]]) -> list[dict[str, i
     """
     if not listed:
         return []
-    current = {(j, a) for j, a, current in Lease.objects.filter(
-        node=node, job_id__in={j for j, _ in listed}, released_at__isnull=True).values_list(
-        "job_id", "attempt", "job__attempt") if a == current}
+    current = {(j, a) for j, a, current in leases_open_on(node).filter(
+        job_id__in={j for j, _ in listed}).values_list("job_id", "attempt", "job__attempt") if a == current}
     finished = set(AgentReport.objects.filter(
         job_id__in={j for j, _ in listed}, type="finished",
-        node_rank__in=Lease.objects.filter(node=node, job_id__in={j for j, _ in listed}).values("node_rank"))
+        node_rank__in=leases_on(node).filter(job_id__in={j for j, _ in listed}).values("node_rank"))
         .values_list("job_id", "attempt"))
     return [{"job_id": j, "attempt": a} for j, a in sorted(listed) if (j, a) not in current | finished]
 
@@ -105,7 +103,7 @@ def grace_inside_limit(time_limit_s: int) -> float:
 def running_on(node: Node) -> list[dict[str, int]]:
     """The (job, attempt) pairs the server believes hold GPUs on ``node``."""
     return [{"job_id": j, "attempt": a} for j, a in
-            Lease.objects.filter(node=node, released_at__isnull=True).values_list("job_id", "attempt")]
+            leases_open_on(node).values_list("job_id", "attempt")]
 
 
 def gang_stops_for(node: Node) -> list[dict[str, int]]:
@@ -115,8 +113,8 @@ def gang_stops_for(node: Node) -> list[dict[str, int]]:
     ``cancel`` list of the work and heartbeat answers.
     """
     stops = []
-    for lease in Lease.objects.filter(node=node, released_at__isnull=True, run_ended_at__isnull=False,
-                                      accepted_at__isnull=False, job__nodes__gt=1).select_related("job"):
+    for lease in leases_open_on(node).filter(run_ended_at__isnull=False, accepted_at__isnull=False,
+                                             job__nodes__gt=1).select_related("job"):
         if lease.attempt != lease.job.attempt:
             continue
         if not AgentReport.objects.filter(job_id=lease.job_id, attempt=lease.attempt, node_rank=lease.node_rank,

@@ -25,9 +25,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
-from django.utils import timezone
 
 from apps.artifacts.models import Upload
+from apps.core import clock
 from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 
 from . import signals
@@ -67,7 +67,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         raise SpecError({"array": ["This field is required: the number of tasks."]})
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
-    first = unsaved_job(spec, owner)  # task 0 through the ORM; the others are its copies
+    first = unsaved_job(spec, owner, now=now)  # task 0 through the ORM; the others are its copies
     first.spec = spec.model_dump(mode="json", exclude={"array"})
     first.submitted_at = now = now or first.submitted_at
     first.max_attempts = settings.E31_MAX_ATTEMPTS
@@ -155,7 +155,7 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
     one by one as :func:`apps.jobs.services.job_cancel` does (the agent stops them; the
     meter runs until the stop). No release e-mail is sent per queued task.
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     with transaction.atomic():
         locked = JobArray.objects.select_for_update().get(pk=array.pk)
         if locked.cancel_requested_at is None:
@@ -169,7 +169,7 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
         stopping = 0
         # Tasks rented after the read above are in HOLDING by now (their row lock made us wait).
         for job in Job.objects.filter(array=array, state__in=HOLDING, cancel_requested_at__isnull=True):
-            job_cancel(job=job, by=by)
+            job_cancel(job=job, by=by, now=now)
             stopping += 1
         array_changed(array)
     return ArrayCancelled(len(released), stopping)

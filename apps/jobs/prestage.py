@@ -21,8 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import JobState
 
 from . import signals
@@ -76,7 +76,7 @@ def prestage_mark_offered(node, job_ids: Iterable[int], *, now: datetime | None 
     ids = list(job_ids)
     if ids:
         JobPrestage.objects.filter(node=node, job_id__in=ids, offered_at__isnull=True).update(
-            offered_at=now or timezone.now())
+            offered_at=now or clock.now())
 
 
 def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None = None) -> list[int]:
@@ -87,7 +87,7 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
     Returns:
         The job ids ``node`` should still pre-stage.
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     changed: list[int] = []
     with transaction.atomic():
         rows = {p.job_id: p for p in JobPrestage.objects.select_for_update().filter(

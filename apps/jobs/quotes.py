@@ -5,9 +5,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
-
 from apps.artifacts.models import Upload
+from apps.core import clock
 from apps.metering.limits import spend_check, worst_case_of
 from apps.metering.selectors import price_estimate, rate_table
 
@@ -36,7 +35,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     Raises:
         apps.jobs.spec.SpecError: the spec is invalid (the same errors a submit gives).
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     attachments = {name: Upload(owner=owner, name=name) for name in attachment_names}
     spec = spec_validate(document, owner=owner, attachments=attachments)
     compute = spec.compute.model_dump(mode="json")

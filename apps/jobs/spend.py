@@ -5,8 +5,8 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Q
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.models import AccountProfile
 from apps.core.types import ComputeRequest
 from apps.metering.limits import SpendCheck, spend_check, worst_case_of
@@ -28,7 +28,7 @@ def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None 
     Raises:
         apps.jobs.spec.SpecError: ``{"compute": [message with the shortfall]}``.
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     table = rate_table(now)
     # Inside the submit's transaction the profile row is locked, so two submits of one
     # account at once are checked one after the other: the second sees the first as committed.

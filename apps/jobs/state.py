@@ -11,8 +11,8 @@ from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
 from apps.core.observe import observe
 from apps.pool import signals as pool_signals
@@ -34,7 +34,7 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
     processes adding events at once never take the same seq. Sends
     :data:`~apps.jobs.signals.job_changed` (the live pages push it after commit, once per transaction).
     """
-    at = at or timezone.now()
+    at = at or clock.now()
     Job.objects.filter(pk=job.pk).update(event_seq=F("event_seq") + 1)
     job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
     signals.job_changed.send(sender=Job, job_id=job.pk, owner_id=job.owner_id)
@@ -80,7 +80,7 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     src = job.state
     if to not in ALLOWED_MOVES[src]:
         raise TransitionError(f"job {job.pk}: {src} -> {to} is not allowed")
-    now = now or timezone.now()
+    now = now or clock.now()
     values = _moved_values(to, now, fields)
     # Conditional UPDATE: closes the race of two processes moving the same
     # job (say an agent's "exited" and the node watchdog) from one state.
@@ -119,7 +119,7 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
     """
     if to not in ALLOWED_MOVES[src]:
         raise TransitionError(f"{src} -> {to} is not allowed")
-    now = now or timezone.now()
+    now = now or clock.now()
     # Locked rows in ``src``: closes the race with a scheduling cycle renting one of them
     # (or an agent moving it) between this read and the UPDATE below.
     rows = list(Job.objects.select_for_update().filter(pk__in=job_ids, state=src)

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.models import AccountProfile
 
 from .accounts import profile_of
@@ -91,7 +91,7 @@ def budget_banner_of(user, now: datetime | None = None) -> BudgetBanner | None:
     profile = profile_of(user)
     if profile.alert_threshold_percent is None:
         return None
-    now = now or timezone.now()
+    now = now or clock.now()
     alert = BudgetAlert.objects.filter(owner_id=user.pk, month=_month_of(now, profile),
                                        threshold_percent__gte=profile.alert_threshold_percent).first()
     if alert is None:
@@ -133,11 +133,16 @@ def budget_alert_check(profile: AccountProfile, now: datetime) -> BudgetAlert | 
     return alert
 
 
+def budget_alert_of(alert_id: int) -> BudgetAlert | None:
+    """Budget alert ``alert_id`` with its owner, or None when there is none (a stale task's id)."""
+    return BudgetAlert.objects.select_related("owner").filter(pk=alert_id).first()
+
+
 def budget_alerts_scan(now: datetime | None = None) -> int:
     """Check every account with an alert threshold and a limit (:func:`budget_alert_check`); returns how
     many alerts were raised or moved up. Accounts already alerted at their threshold this month cost one
     query each."""
-    now = now or timezone.now()
+    now = now or clock.now()
     profiles = (AccountProfile.objects.filter(alert_threshold_percent__isnull=False)
                 .filter(Q(monthly_spend_limit__isnull=False) | Q(user_spend_limit__isnull=False))
                 .select_related("owner").order_by("pk"))

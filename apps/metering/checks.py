@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Count
-from django.utils import timezone
 
+from apps.core import clock
 from apps.pool.models import Gpu
 
 from . import billing
@@ -146,7 +146,7 @@ def check_money(leases: dict[int, Lease]) -> list[Violation]:
 
 def meter_violations(now: datetime | None = None) -> list[Violation]:
     """Every violation of the meter's invariants in the whole ledger (empty when consistent)."""
-    now = now or timezone.now()
+    now = now or clock.now()
     fields = [f.name for f in Lease._meta.concrete_fields]
     leases = {lease.pk: lease for lease in Lease.objects.select_related("job").only(*fields, "job__state")}
     return [*check_gpu_overlap(leases, now), *check_closed(leases, now), *check_gpus_held(leases),

@@ -1,6 +1,7 @@
 """The usage filters (django-filter): local days, GPU model, outcome."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta, tzinfo
 
 import django_filters
@@ -9,9 +10,10 @@ from django.db.models import F, Q, QuerySet
 
 from apps.core.choices import EndReason, Outcome
 
+from .accounts import user_tz
 from .days import local_midnight, validate_day
 from .models import Lease
-from .selectors import leases_overlapping
+from .selectors import leases_overlapping, with_line_fields
 from .statements import Period
 
 RUNNING = "running"
@@ -89,3 +91,17 @@ UsageFilter.base_filters = {
     "to": django_filters.DateFilter(label="To", method="filter_end", **_date),
     **UsageFilter.base_filters,
 }
+
+
+def usage_filtered(*, user, query: Mapping[str, str]) -> tuple[UsageFilter, list[Lease]]:
+    """``user``'s own leases through the usage filters of ``query`` (a request's GET), newest first,
+    with what a statement line shows (:func:`apps.metering.selectors.with_line_fields`), and the
+    filter (its form carries the errors). Days are ``user``'s local days. Filters that do not
+    validate select nothing (the page shows their errors).
+    """
+    own = Lease.objects.filter(job__owner=user)
+    usage_filter = UsageFilter(query or None, queryset=own, tz=user_tz(user))
+    leases = usage_filter.qs if usage_filter.is_bound and usage_filter.is_valid() else own
+    if usage_filter.is_bound and not usage_filter.is_valid():
+        leases = own.none()
+    return usage_filter, list(with_line_fields(leases))

@@ -23,8 +23,8 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from django.db.models import Count, F
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import JobState
 from apps.core.types import ComputeRequest
 from apps.scheduling.core.matching import model_matches
@@ -148,7 +148,7 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
     them anyway (a quote shows them). ``table``: the rate table at ``now`` if the caller has read
     it (see :func:`worst_case_of`).
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     profile = profile_of(owner)
     tz = profile.tz
     start, end = month_start(now, tz), next_month_start(now, tz)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.utils import timezone
+from apps.core import clock
 
 from . import billing
 from .display import rate_text
@@ -101,7 +101,7 @@ def queue_seconds(job, leases: list[Lease], now: datetime) -> int:
 
 def job_receipt(job, now: datetime | None = None) -> Receipt:
     """The receipt of ``job`` (its leases over all attempts), priced at ``now`` while a run goes on."""
-    now = now or timezone.now()
+    now = now or clock.now()
     leases = list(Lease.objects.filter(job=job).select_related("node").order_by("attempt", "node_rank"))
     receipt = Receipt(steps=[(label, getattr(job, name)) for label, name in STEPS],
                       queue=queue_seconds(job, leases, now), lines=[], final=job.released_at is not None)

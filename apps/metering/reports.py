@@ -23,6 +23,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django import forms
 from django.db.models import Count, Q
 
+from apps.core import clock
 from apps.pool.models import Gpu, NodeDowntime
 
 from . import billing
@@ -57,7 +58,7 @@ class ReportFilterForm(forms.Form):
 
     def span(self, tz: tzinfo, today: date | None = None) -> tuple[date, date]:
         """The first and last local day of the report."""
-        today = today or datetime.now(tz).date()
+        today = today or clock.now().astimezone(tz).date()
         first = last = None
         if self.is_bound and self.is_valid():
             first, last = self.cleaned_data.get("from"), self.cleaned_data.get("to")

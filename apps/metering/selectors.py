@@ -10,12 +10,12 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import NodeState
 from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES
 from apps.core.units import format_duration, parse_duration
-from apps.pool.models import Gpu
+from apps.pool.models import Gpu, Node
 from apps.scheduling.core.matching import model_matches
 
 from .billing import worst_case_cost
@@ -50,6 +50,21 @@ def usage_leases(*, user, start: datetime | None = None, end: datetime | None = 
     return qs.order_by("-rented_at", "-id")
 
 
+def leases_on(node: Node) -> QuerySet[Lease]:
+    """Every lease of ``node``, open or released, of any attempt (callers filter further)."""
+    return Lease.objects.filter(node=node)
+
+
+def leases_open_on(node: Node) -> QuerySet[Lease]:
+    """The leases ``node`` holds now: not released (fenced ones too), of any attempt."""
+    return leases_on(node).filter(released_at__isnull=True)
+
+
+def attempt_leases(*, job_id: int, attempt: int) -> list[Lease]:
+    """The leases of one attempt of job ``job_id``, one per node rank, rank 0 first, each with its node."""
+    return list(Lease.objects.filter(job_id=job_id, attempt=attempt).select_related("node").order_by("node_rank"))
+
+
 CSV_COLUMNS = ["lease_id", "job_id", "job_name", "attempt", "node", "gpu_model", "gpu_count",
                "rented_at", "run_ended_at", "released_at", "held_seconds", "billed_seconds",
                "rate_per_gpu_hour", "cost", "charged", "end_reason", "outcome"]
@@ -62,7 +77,7 @@ def usage_records(leases, tz, now: datetime | None = None) -> list[dict]:
     A running lease (``outcome`` ``running``) has its billed seconds and cost so far.
     Accepts leases or a :class:`~apps.metering.statements.Statement`.
     """
-    statement = leases if isinstance(leases, Statement) else statement_of(leases, now or timezone.now())
+    statement = leases if isinstance(leases, Statement) else statement_of(leases, now or clock.now())
 
     def iso(value: datetime | None) -> str | None:
         return value.astimezone(tz).isoformat() if value else None
@@ -122,7 +137,7 @@ def job_money(leases, now: datetime) -> Money:
 def gpu_hours_by_day(leases, tz, now: datetime | None = None) -> list[Day]:
     """Billed GPU-hours and cost of charged leases per local day of ``tz``, oldest first, each
     lease counted in each day by its overlap; see :func:`apps.metering.statements.by_day`."""
-    return by_day(statement_of(leases, now or timezone.now()), tz)
+    return by_day(statement_of(leases, now or clock.now()), tz)
 
 
 # --- rates and the price estimate (the new-job form) ------------------------
@@ -131,7 +146,7 @@ def pool_summary(now: datetime | None = None) -> list[dict[str, Any]]:
 
     Shape: ``[{"gpu_model", "total", "free", "rate_per_gpu_hour", "nodes"}]`` sorted by model.
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     held = set(LeaseGpu.objects.filter(open=True).values_list("gpu_id", flat=True))
     rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"total": 0, "free": 0, "nodes": set()})
     for gpu in Gpu.objects.filter(present=True).exclude(node__state=NodeState.DOWN).select_related("node"):
@@ -153,7 +168,7 @@ def rate_table(now: datetime | None = None) -> list[dict[str, Any]]:
 
     Shape: ``[{"gpu_model", "rate_per_gpu_hour", "rate" (text), "total", "free"}]`` sorted by model.
     """
-    now = now or timezone.now()
+    now = now or clock.now()
     rates = current_rates(now)
     pool = {row["gpu_model"]: row for row in pool_summary(now)}
     return [

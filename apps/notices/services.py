@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from apps.core.choices import JobState
 from apps.jobs.models import Job
-from apps.metering.models import BudgetAlert
+from apps.metering.budget import budget_alert_of
 
 from .models import BudgetNoticeSent, NoticePreference, NoticeSent
 
@@ -64,7 +64,7 @@ def budget_email_send(*, alert_id: int) -> bool:
     :func:`release_email_send` does). Returns whether a mail was sent. Raises what the mail backend
     raises (the claim is then rolled back).
     """
-    alert = BudgetAlert.objects.select_related("owner").filter(pk=alert_id).first()
+    alert = budget_alert_of(alert_id)
     if alert is None or not alert.owner.email or not email_on_release(alert.owner):
         return False
     context = {"alert": alert, "url": settings.E31_SITE_URL.rstrip("/") + reverse("account:settings")}

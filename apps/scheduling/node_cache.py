@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.utils import timezone
+from apps.core import clock
 
 from .models import NodeCache
 
@@ -25,7 +25,7 @@ def node_cache_report(*, node_id: int, inputs: Sequence[str], now: datetime | No
     if row is not None and row.inputs == keys:
         return False
     NodeCache.objects.update_or_create(node_id=node_id, defaults={"inputs": keys,
-                                                                  "updated_at": now or timezone.now()})
+                                                                  "updated_at": now or clock.now()})
     return True
 
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from django.urls import reverse
-from django.utils import timezone
 from rest_framework import serializers
 
 from apps.artifacts.services import bundles_latest
+from apps.core import clock
 from apps.metering.selectors import Money, job_money
 
 from ..arrays import array_counts
@@ -61,7 +61,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     def _money(self, job: Job) -> Money:
         """Charged leases plus what an open run has accrued so far (SPEC §4)."""
-        return job_money(self._leases(job), timezone.now())
+        return job_money(self._leases(job), clock.now())
 
     def get_billed_seconds(self, job: Job) -> int:
         return self._money(job).billed_seconds

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.state import event_add, transition
@@ -24,13 +25,14 @@ class CancelEffect(StrEnum):
     ALREADY_RELEASED = "already_released"  # nothing to do: it had ended
 
 
-def job_cancel(*, job: Job, by: AbstractBaseUser | None = None) -> Job:
+def job_cancel(*, job: Job, by: AbstractBaseUser | None = None, now: datetime | None = None) -> Job:
     """Cancel ``job``. Idempotent; see :func:`job_cancel_effect`."""
-    return job_cancel_effect(job=job, by=by)[0]
+    return job_cancel_effect(job=job, by=by, now=now)[0]
 
 
 @transaction.atomic
-def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None) -> tuple[Job, CancelEffect]:
+def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None,
+                      now: datetime | None = None) -> tuple[Job, CancelEffect]:
     """Cancel ``job`` and say what that did. Idempotent.
 
     Queued: released at once with outcome ``cancelled``, nothing billed.
@@ -38,13 +40,14 @@ def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None) -> tuple[
     SIGKILL after the grace period), packs what outputs exist and reports;
     the meter runs until the stop. A cancel is final: the job is never
     requeued after it, even if its node is lost (:func:`apps.jobs.services.recovery.jobs_handle_node_loss`).
+    ``now`` stamps the cancel (default :func:`apps.core.clock.now`).
     """
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.state == JobState.RELEASED:
         return job, CancelEffect.ALREADY_RELEASED
     if job.cancel_requested_at:
         return job, CancelEffect.ALREADY_STOPPING
-    now = timezone.now()
+    now = now or clock.now()
     if job.state == JobState.QUEUED:
         job = transition(job, JobState.RELEASED, detail="cancelled while queued", now=now,
                          outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED, cancel_requested_at=now)

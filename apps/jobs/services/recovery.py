@@ -5,8 +5,8 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.state import TransitionError, transition
@@ -50,22 +50,25 @@ def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None 
             log.info("job %s moved while its node was lost", job.pk)
 
 
-def jobs_reconcile_heartbeat(*, node: Node, running: list[dict[str, int]], min_age_s: float) -> int:
+def jobs_reconcile_heartbeat(*, node: Node, running: list[dict[str, int]], min_age_s: float,
+                             now: datetime | None = None) -> int:
     """Treat as lost the accepted attempts that ``node``'s agent no longer lists as running.
 
     An agent restarted mid-job kills what its predecessor left and stops
     listing those attempts; the server then handles them like a node loss
     (requeued, not charged). Only leases accepted more than ``min_age_s``
     ago are considered, so a heartbeat sent just before an accept loses
-    nothing. Returns how many jobs it handled.
+    nothing. The lost leases end at ``now`` (default: the server's clock, :func:`apps.core.clock.now`).
+    Returns how many jobs it handled.
     """
+    now = now or clock.now()
     listed = {(r["job_id"], r["attempt"]) for r in running}
-    cutoff = timezone.now() - timedelta(seconds=min_age_s)
+    cutoff = now - timedelta(seconds=min_age_s)
     lost = {lease.job_id for lease in Lease.objects.filter(
         node=node, released_at__isnull=True, accepted_at__lt=cutoff).select_related("job")
         if (lease.job_id, lease.attempt) not in listed and lease.attempt == lease.job.attempt}
     if lost:
         with transaction.atomic():
             log.warning("node %s no longer runs jobs %s: treating them as lost", node.name, sorted(lost))
-            jobs_handle_node_loss(node=node, at=timezone.now(), job_ids=lost)
+            jobs_handle_node_loss(node=node, at=now, job_ids=lost)
     return len(lost)

@@ -5,14 +5,15 @@ import os.path
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.utils import timezone
 
 from apps.artifacts.models import Upload
+from apps.core import clock
 from apps.core.choices import JobState
 from apps.core.observe import observe
 from apps.jobs import signals
@@ -72,21 +73,23 @@ def _file_allowed(url: str) -> bool:
                for root in settings.E31_FILE_ROOTS)
 
 
-def unsaved_job(spec: JobSpec, owner: AbstractBaseUser) -> Job:
-    """A :class:`Job` built from a validated ``spec`` with its scheduling columns, not saved
-    (a submit saves it; :func:`spec_validate` and an array's submit use it as it is)."""
+def unsaved_job(spec: JobSpec, owner: AbstractBaseUser, *, now: datetime | None = None) -> Job:
+    """A :class:`Job` built from a validated ``spec`` with its scheduling columns, submitted at ``now``
+    (default :func:`apps.core.clock.now`), not saved (a submit saves it; :func:`spec_validate` and an
+    array's submit use it as it is)."""
     document = spec.model_dump(mode="json")
     return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
-               time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now(), **requirement_columns(document))
+               time_limit_s=spec.compute.time_limit_s, submitted_at=now or clock.now(), **requirement_columns(document))
 
 
 def job_submit(*, owner: AbstractBaseUser, document: Any,
-               attachments: Mapping[str, Upload] | None = None) -> Job:
+               attachments: Mapping[str, Upload] | None = None, now: datetime | None = None) -> Job:
     """Accept a job: validate, store it queued, ask for a scheduling cycle on commit.
 
     One short transaction and, after it, small messages (:func:`after_submit`); the
-    cycle runs elsewhere, and the job goes to rented in it if matching GPUs are free.
+    cycle runs elsewhere, and the job goes to rented in it if matching GPUs are free. ``now`` is
+    its submit time (default :func:`apps.core.clock.now`).
 
     Raises:
         SpecError: the spec is invalid, no known node could ever hold it, or its
@@ -96,11 +99,12 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     spec = spec_validate(document, owner=owner, attachments=attachments)
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
+    now = now or clock.now()
     with transaction.atomic():
         spec_uploads_lock(owner, spec)  # locks them: the storage sweep cannot delete one meanwhile
         # SpecError if over:
-        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")))
-        job = unsaved_job(spec, owner)
+        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")), now=now)
+        job = unsaved_job(spec, owner, now=now)
         job.max_attempts = settings.E31_MAX_ATTEMPTS
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()

@@ -1,12 +1,12 @@
 """Time limits enforced by the server itself, for an agent cut off from it (SPEC §4)."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.services.usage import job_usage_record
@@ -15,16 +15,18 @@ from apps.metering.services import leases_release, leases_stop
 from apps.pool.notify import node_wake
 
 
-def jobs_enforce_time_limits(grace_s: int | None = None) -> int:
+def jobs_enforce_time_limits(grace_s: int | None = None, *, now: datetime | None = None) -> int:
     """End, on the server's own authority, runs past ``rented_at + time_limit + grace``.
 
     For an agent cut off from the server: the meter stops at the limit and
     the job is released ``timed_out``; its GPUs stay fenced (held, unbilled) until
     the node's heartbeat no longer lists the attempt, or the node is declared down.
+    ``grace_s``: seconds past the limit before the server acts (default ``E31_GRACE_S`` + 30);
+    ``now``: the time of the check and of the release (default :func:`apps.core.clock.now`).
     Returns how many jobs it ended.
     """
     grace = settings.E31_GRACE_S + 30 if grace_s is None else grace_s
-    now = timezone.now()
+    now = now or clock.now()
     ended = 0
     for job in Job.objects.filter(state__in=[JobState.RENTED, JobState.RUNNING]):
         limit = job.rented_at + timedelta(seconds=job.time_limit_s)

@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core import clock
 from apps.metering.accounts import profile_of, user_tz
 from apps.metering.budget import profile_set_budget
 from apps.metering.csvsafe import csv_response
@@ -50,7 +51,7 @@ class UsageView(APIView):
         if start and end and end < start:
             raise ValidationError({"to": ["Must not be before `from`."]})
         leases = list(usage_leases(user=request.user, start=start, end=end))
-        statement = statement_of(leases, timezone.now(), (start, end) if start or end else None)
+        statement = statement_of(leases, clock.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":
             return csv_response("e31-usage.csv", CSV_COLUMNS, usage_rows(statement, tz))
         return Response({

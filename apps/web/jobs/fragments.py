@@ -22,10 +22,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.template.loader import render_to_string
-from django.utils import timezone
 
 from apps.artifacts.files import addressable
 from apps.artifacts.services import bundles_latest
+from apps.core import clock
 from apps.core.choices import JobKind, JobState, Outcome
 from apps.core.units import format_duration
 from apps.jobs.arrays import array_counts
@@ -130,7 +130,7 @@ def log_expired_at(job: Job, tail: str) -> datetime | None:
     """When the storage sweep deleted the job's log (its expiry, :func:`apps.jobs.retention.job_expires_at`),
     or None while it is kept or when the log was empty anyway."""
     expires = job_expires_at(job)
-    if tail or not job.log_size or expires is None or expires > timezone.now():
+    if tail or not job.log_size or expires is None or expires > clock.now():
         return None
     return expires
 
@@ -155,7 +155,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     return {
         "other_ranks": range(1, job.nodes),
         "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
-        "money": job_money(leases, timezone.now()), "receipt": job_receipt(job), "steps": job_steps(job),
+        "money": job_money(leases, clock.now()), "receipt": job_receipt(job), "steps": job_steps(job),
         "end_detail": end_detail(job), "outputs_unmatched": unmatched_where(job),
         "time_limit": format_duration(job.time_limit_s),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles, "log_expired_at": log_expired_at(job, tail),
@@ -219,7 +219,7 @@ def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     (:func:`run_duration`) and ``job.gpus_split`` (:func:`gpus_text`) are set on ``job``, so a page
     that includes ``jobs/_row.html`` for each job of a page shows the same as a push."""
     stamp = stamp_ms() if stamp is None else stamp
-    now = timezone.now()
+    now = clock.now()
     job.money = job_money(job.leases.all(), now)
     job.duration = run_duration(job, now)
     job.gpus_split = gpus_text(job)[1]

@@ -13,35 +13,24 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from apps.agent_api.retention import storage_report
+from apps.core import clock
 from apps.core.units import format_duration
 from apps.jobs.selectors import jobs_of
 from apps.metering.accounts import profile_of, profile_set_time_zone, user_tz
 from apps.metering.budget import profile_set_budget
 from apps.metering.csvsafe import csv_response
 from apps.metering.days import month_start
-from apps.metering.filters import UsageFilter
+from apps.metering.filters import usage_filtered
 from apps.metering.limits import spend_check
-from apps.metering.models import Lease
 from apps.metering.receipts import job_receipt
 from apps.metering.reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
-from apps.metering.selectors import CSV_COLUMNS, usage_rows, with_line_fields
+from apps.metering.selectors import CSV_COLUMNS, usage_rows
 from apps.metering.statements import by_day, chart_data, statement_of
 
 LINES_PER_PAGE = 200
-
-
-def _usage(request: HttpRequest) -> tuple[UsageFilter, list[Lease]]:
-    """The user's own leases through the filters of the query string (newest first)."""
-    own = Lease.objects.filter(job__owner=request.user)
-    usage_filter = UsageFilter(request.GET or None, queryset=own, tz=user_tz(request.user))
-    leases = usage_filter.qs if usage_filter.is_bound and usage_filter.is_valid() else own
-    if usage_filter.is_bound and not usage_filter.is_valid():
-        leases = own.none()
-    return usage_filter, list(with_line_fields(leases))
 
 
 def _bad_filters(form) -> HttpResponse:
@@ -54,8 +43,8 @@ def _bad_filters(form) -> HttpResponse:
 def usage(request: HttpRequest) -> HttpResponse:
     """My leases (newest first, 200 a page) through the filters; totals, GPU-hours and cost per local
     day over every lease the filters select (as the CSV has them)."""
-    usage_filter, leases = _usage(request)
-    now = timezone.now()
+    usage_filter, leases = usage_filtered(user=request.user, query=request.GET)
+    now = clock.now()
     tz = user_tz(request.user)
     statement = statement_of(leases, now, usage_filter.period())
     page = Paginator(statement.lines, LINES_PER_PAGE).get_page(request.GET.get("page"))
@@ -80,10 +69,10 @@ def usage(request: HttpRequest) -> HttpResponse:
 @require_GET
 def usage_csv(request: HttpRequest) -> HttpResponse:
     """Exactly the rows of the usage page (same filters) as CSV, times ISO 8601 with offset."""
-    usage_filter, leases = _usage(request)
+    usage_filter, leases = usage_filtered(user=request.user, query=request.GET)
     if usage_filter.is_bound and not usage_filter.is_valid():
         return _bad_filters(usage_filter.form)
-    rows = usage_rows(statement_of(leases, timezone.now(), usage_filter.period()), user_tz(request.user))
+    rows = usage_rows(statement_of(leases, clock.now(), usage_filter.period()), user_tz(request.user))
     return csv_response("e31-usage.csv", CSV_COLUMNS, rows)
 
 
@@ -162,7 +151,7 @@ def report(request: HttpRequest) -> HttpResponse:
     storage used by kind and what the next sweep frees (issue 15)."""
     form = ReportFilterForm(request.GET or None)
     tz = user_tz(request.user)
-    data = operator_report(*form.span(tz), tz=tz, now=timezone.now())
+    data = operator_report(*form.span(tz), tz=tz, now=clock.now())
     return render(request, "metering/report.html", {
         "section": "report", "form": form, "report": data, "query": request.GET.urlencode(), "tz_name": str(tz),
         "storage": storage_report(),
@@ -177,7 +166,7 @@ def report_csv(request: HttpRequest) -> HttpResponse:
     if form.is_bound and not form.is_valid():
         return _bad_filters(form)
     tz = user_tz(request.user)
-    data = operator_report(*form.span(tz), tz=tz, now=timezone.now())
+    data = operator_report(*form.span(tz), tz=tz, now=clock.now())
     return csv_response("e31-report.csv", REPORT_CSV_COLUMNS, report_rows(data))
 
 
