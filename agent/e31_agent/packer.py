@@ -296,7 +296,11 @@ def pack(
     wanted = []
     for rel, _path, st in files:
         inside = links_inside.get((st.st_dev, st.st_ino), 1)
-        if st.st_nlink > inside:
+        refusal = name_refusal(rel)
+        if refusal:
+            log.warning("not packing %s: %s", printable_name(rel), refusal)
+            not_packed.append(f"{printable_name(rel)} ({refusal})")
+        elif st.st_nlink > inside:
             log.warning("not packing %s: a hard link (%d links, %d in the job dir)", rel, st.st_nlink, inside)
             not_packed.append(f"{rel} (a hard link to a file outside the job dir)")
         else:
@@ -304,6 +308,25 @@ def pack(
     bundle = _write(bundle_path, root, wanted, job_id=job_id, budget=cap, links_inside=links_inside)
     return Bundle(bundle.path, bundle.size_bytes, bundle.sha256, bundle.files, (*not_packed, *bundle.not_packed),
                   unmatched)
+
+
+def name_refusal(rel: str) -> str | None:
+    """Why an output path cannot travel in a bundle, or None. A name must be UTF-8 (the manifest and
+    the report are JSON, the pages HTML) and hold no control character (a CR or LF broke the files
+    list and the job page; issue 26): such a file is left out and named in ``not_packed``."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8"
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return "its name holds a control character"
+    return None
+
+
+def printable_name(rel: str) -> str:
+    """``rel`` as safe text: bytes that are not UTF-8 as ``\\xNN``, control characters as ``\\xNN``."""
+    text = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c for c in text)
 
 
 def unmatched_patterns(patterns: list[str], regexes: list[re.Pattern[str]], rels: list[str]) -> tuple[str, ...]:

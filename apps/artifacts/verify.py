@@ -69,7 +69,8 @@ class TeeReader:
 
 def _safe_name(name: str) -> bool:
     parts = name.split("/")
-    return bool(name) and not name.startswith("/") and ".." not in parts and "\x00" not in name
+    return (bool(name) and not name.startswith("/") and ".." not in parts
+            and not any(ord(c) < 32 or ord(c) == 127 for c in name))  # a CR or LF breaks lists and pages
 
 
 def verify_stream(reader: TeeReader, files: list[dict[str, Any]]) -> None:

@@ -251,3 +251,20 @@ def test_a_link_only_match_is_no_match(job_dir, tmp_path):
     # checkpoints/passwd is a symlink: never packed, so "checkpoints/passwd" matched no file
     assert pack(job_dir, ["checkpoints/passwd"], tmp_path / "b.tar", job_id=12).unmatched == ("checkpoints/passwd",)
     assert pack(job_dir, [], tmp_path / "c.tar", job_id=12).unmatched == ()
+
+
+def test_names_with_control_characters_or_not_utf8_are_left_out_and_named_the_rest_packed(tmp_path: Path):
+    job = tmp_path / "job"
+    (job / "out").mkdir(parents=True)
+    (job / "out" / "good.txt").write_text("kept")
+    (job / "out" / "line\nbreak.txt").write_text("x")
+    (job / "out" / "cr\r.txt").write_text("x")
+    os.close(os.open(os.path.join(os.fsencode(job / "out"), b"caf\xe9.txt"), os.O_CREAT | os.O_WRONLY, 0o644))
+    bundle = pack(job, ["out/"], tmp_path / "bundle.tar", job_id=1)
+    assert [f.path for f in bundle.files] == ["out/good.txt"]
+    assert sorted(bundle.not_packed) == ["out/caf\\xe9.txt (its name is not UTF-8)",
+                                         "out/cr\\x0d.txt (its name holds a control character)",
+                                         "out/line\\x0abreak.txt (its name holds a control character)"]
+    json.dumps(list(bundle.not_packed), ensure_ascii=False).encode("utf-8")  # the report can carry them
+    with tarfile.open(tmp_path / "bundle.tar") as tar:
+        assert sorted(tar.getnames()) == ["manifest.json", "out/good.txt"]

@@ -109,3 +109,14 @@ def test_the_schema_lists_both_routes(api, pool):
     schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     assert "/api/v1/jobs/{id}/files/" in schema["paths"]
     assert "/api/v1/jobs/{id}/files/{path}" in schema["paths"]
+
+
+def test_the_job_list_never_inlines_a_manifest_but_points_at_it(api, owner, pool):
+    job = _job(owner)
+    listed = next(j for j in api.get("/api/v1/jobs/").json()["results"] if j["id"] == job.pk)
+    assert "files" not in listed["bundle"]
+    assert listed["bundle"]["files_url"] == f"http://testserver/api/v1/jobs/{job.pk}/files/"
+    detail = api.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert {f["path"] for f in detail["bundle"]["files"]} == set(FILES)
+    assert detail["bundle"]["files_url"] == listed["bundle"]["files_url"]
+    assert api.get(listed["bundle"]["files_url"]).status_code == 200

@@ -78,12 +78,21 @@ class JobSerializer(serializers.ModelSerializer):
             return None
         request = self.context.get("request")
 
+        def absolute(url: str) -> str:
+            return request.build_absolute_uri(url) if request else url
+
+        listed = self.context.get("listed", False)
+
         def describe(bundle) -> dict:
             url = reverse("api:job-bundle", args=[job.pk]) + (f"?rank={bundle.rank}" if bundle.rank else "")
-            return {"rank": bundle.rank, "size_bytes": bundle.size_bytes, "sha256": bundle.sha256,
-                    "files": bundle.files, "attempt": bundle.attempt, "expires_at": bundle.expires_at,
-                    "expired_at": bundle.expired_at,  # set once the storage sweep deleted it: url answers 410
-                    "url": request.build_absolute_uri(url) if request else url}
+            files_url = reverse("api:job-files", args=[job.pk]) + (f"?rank={bundle.rank}" if bundle.rank else "")
+            described = {"rank": bundle.rank, "size_bytes": bundle.size_bytes, "sha256": bundle.sha256,
+                         "attempt": bundle.attempt, "expires_at": bundle.expires_at,
+                         "expired_at": bundle.expired_at,  # set once the storage sweep deleted it: url answers 410
+                         "url": absolute(url), "files_url": absolute(files_url)}
+            if not listed:  # a list never inlines a manifest: its files are at files_url
+                described["files"] = bundle.files
+            return described
 
         first = describe(bundles[0])
         if job.nodes > 1:

@@ -1,6 +1,7 @@
 """The jobs API (SPEC §7). Views only parse, call services or selectors, and render."""
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -14,7 +15,7 @@ from rest_framework.views import APIView
 from apps.artifacts.files import NotAddressable, addressable, bundle_file, bundle_files
 from apps.artifacts.http import bundle_response, output_file_response
 from apps.artifacts.retention import OutputsExpired, bundle_check_kept
-from apps.artifacts.services import bundle_latest, uploads_from_files
+from apps.artifacts.services import bundle_latest, bundles_for_lists, uploads_from_files
 from apps.core.choices import JobState
 from apps.jobs.quotes import job_quote
 
@@ -73,8 +74,11 @@ class JobListCreateView(generics.ListAPIView):
     serializer_class = JobSerializer
     parser_classes = [SafeJSONParser, YAMLParser, TextYAMLParser, XYAMLParser, MultiPartParser, FormParser]
 
+    def get_serializer_context(self) -> dict:
+        return {**super().get_serializer_context(), "listed": True}  # no manifest inlined (files_url)
+
     def get_queryset(self):
-        qs = jobs_of(self.request.user).prefetch_related("leases", "bundles")
+        qs = jobs_of(self.request.user).prefetch_related("leases", Prefetch("bundles", bundles_for_lists()))
         state = self.request.query_params.get("state")
         if state:
             if state not in JobState.values:
