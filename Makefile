@@ -22,7 +22,8 @@ run: $(VENV)/.installed
 	$(PY) manage.py standalone
 
 # The layers contract is in pyproject.toml ([tool.importlinter], docs/architecture.md); no module
-# under apps/ may be in an import cycle (scripts/import_cycles.py).
+# under apps/, agent/, cli/ or protocol/ may be in an import cycle, TYPE_CHECKING imports included
+# (scripts/import_cycles.py).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(PY) manage.py makemigrations --check --dry-run
