@@ -22,9 +22,9 @@ run: $(VENV)/.installed
 	$(PY) manage.py standalone
 
 # The layers and forbidden-import contracts are in pyproject.toml ([tool.importlinter], docs/architecture.md);
-# no module under apps/ may be in an import cycle (scripts/import_cycles.py); apps read the clock only
-# through apps.core.clock (scripts/clock_check.py). E31_LINT=1: the settings write nothing (no var/,
-# an in-memory database), so lint leaves only caches behind (issue 22).
+# no module under apps/, agent/, cli/ or protocol/ may be in an import cycle, TYPE_CHECKING imports included
+# (scripts/import_cycles.py); apps read the clock only through apps.core.clock (scripts/clock_check.py).
+# E31_LINT=1: the settings write nothing (no var/, an in-memory database), so lint leaves only caches (issue 22).
 lint: export E31_LINT := 1
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

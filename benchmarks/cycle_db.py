@@ -98,8 +98,8 @@ def main() -> dict:
     from django.db import connection
 
     from apps.jobs.models import Job
-    from apps.scheduling.adapter import policy_config, pool_views, queued_request, schedule_cycle
-    from apps.scheduling.core import schedule
+    from apps.scheduling.adapter import policy_from_settings, pool_views, schedule_cycle
+    from apps.scheduling.core import job_request, schedule
     from apps.scheduling.ports import job_queue
 
     with connection.cursor() as cur:
@@ -118,11 +118,11 @@ def main() -> dict:
         after.append(schedule_cycle(now=now + timedelta(seconds=args.step * (args.runs + i + 1))))
     # The pure core on the same queue and pool, read once: the baseline.
     rows, views = job_queue().queued(), pool_views(now)
-    requests = [queued_request(r) for r in rows]
+    requests = [job_request(r, job_id=r.job_id, account=r.owner_id, submitted_at_s=r.submitted_at_s) for r in rows]
     core = []
     for _ in range(args.runs):
         t = time.perf_counter()
-        schedule(requests, views, NOW + 100, policy_config(), {})
+        schedule(requests, views, NOW + 100, policy_from_settings(), {})
         core.append(time.perf_counter() - t)
     med = statistics.median
     result = {"benchmark": "cycle_db", "jobs": args.jobs, "nodes": args.nodes, "runs": args.runs,

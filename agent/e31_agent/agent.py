@@ -281,7 +281,7 @@ class Agent:
         if not loss or time.monotonic() - self._last_reached < loss:
             return
         with self._lock:
-            runs = [run for run in self.jobs.values() if not run.done and not run.drop_event.is_set()]
+            runs = [run for run in self.jobs.values() if not run.done and not run.dropped]
         for run in runs:
             log.warning("%s: the server has not answered for %.0f s (node-loss timeout %.0f s); stopping it",
                         run.ref, time.monotonic() - self._last_reached, loss)

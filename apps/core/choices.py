@@ -2,6 +2,7 @@
 
 Shared by every layer: one vocabulary for the server, its pages and its API."""
 from django.db import models
+from e31_protocol import NodeState as ProtocolNodeState
 
 
 class JobState(models.TextChoices):
@@ -65,7 +66,10 @@ STAMP_FIELD: dict[str, str] = {
 }
 
 
-class NodeState(models.TextChoices):
-    UP = "up", "Up"
-    DRAINING = "draining", "Draining"
-    DOWN = "down", "Down"
+# A node's state is the protocol's word (the heartbeat answer sends it): the choices are derived from
+# e31_protocol.NodeState, the one definition, each labelled by its word capitalised ("Draining").
+NodeState = models.TextChoices(
+    "NodeState", [(state.name, (state.value, state.value.capitalize())) for state in ProtocolNodeState],
+    module=__name__,
+)
+NodeState.__doc__ = "A node's state (SPEC §5), the server's side of :class:`e31_protocol.NodeState`, with labels."

@@ -7,7 +7,8 @@ from typing import Any
 
 from apps.artifacts.models import Upload
 from apps.core import clock
-from apps.metering.limits import spend_check, worst_case_of
+from apps.metering.limits import spend_check
+from apps.metering.pricing import worst_case_price
 from apps.metering.selectors import price_estimate, rate_table
 
 from .services.submit import spec_validate
@@ -42,7 +43,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     estimate = price_estimate(compute, now)
     tasks = spec.array or 1  # a job array's worst case is N times one task's
     table = rate_table(now)
-    worst = worst_case_of(compute_request(compute), now, table=table) * tasks
+    worst = worst_case_price(compute_request(compute), table, tasks=tasks).amount
     check = spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table)
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,

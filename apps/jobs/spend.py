@@ -9,7 +9,8 @@ from django.db.models import Q
 from apps.core import clock
 from apps.core.models import AccountProfile
 from apps.core.types import ComputeRequest
-from apps.metering.limits import SpendCheck, spend_check, worst_case_of
+from apps.metering.limits import SpendCheck, spend_check
+from apps.metering.pricing import worst_case_price
 from apps.metering.selectors import rate_table
 
 from .spec import SpecError
@@ -35,8 +36,8 @@ def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None 
     limited = Q(monthly_spend_limit__isnull=False) | Q(user_spend_limit__isnull=False)
     if not AccountProfile.objects.select_for_update().filter(limited, owner_id=owner.pk).exists():
         return SpendCheck(Decimal(0), None, Decimal(0), Decimal(0), now)
-    check = spend_check(owner=owner, worst_case=worst_case_of(request, now, table=table) * tasks, now=now,
-                        table=table)
+    worst = worst_case_price(request, table, tasks=tasks).amount
+    check = spend_check(owner=owner, worst_case=worst, now=now, table=table)
     if not check.fits:
         raise SpecError({"compute": [check.message()]})
     return check

@@ -11,9 +11,10 @@ time zone) is ``limit - spent - committed``:
   case beyond what they have cost so far.
 
 A job is refused when its worst case (time limit x GPUs x the highest rate
-of the models it accepts, from the typed :class:`~apps.core.types.ComputeRequest`)
-exceeds what is left. The check only runs at submit (:func:`apps.jobs.spend.spend_limit_enforce`):
-a running job is never stopped by it.
+of the models it accepts, from the typed :class:`~apps.core.types.ComputeRequest`:
+:func:`apps.metering.pricing.worst_case_price`, the one rule) exceeds what is left. The check
+only runs at submit (:func:`apps.jobs.spend.spend_limit_enforce`): a running job is never
+stopped by it.
 """
 from __future__ import annotations
 
@@ -27,14 +28,12 @@ from django.db.models import Count, F
 from apps.core import clock
 from apps.core.choices import JobState
 from apps.core.types import ComputeRequest
-from apps.scheduling.core.matching import model_matches
 
 from . import billing
 from .accounts import profile_of
 from .days import month_start, next_month_start
 from .models import Lease
-from .pricing import lease_price
-from .rates import FALLBACK_RATE
+from .pricing import lease_price, worst_case_price
 from .selectors import rate_table
 from .statements import paid_between, statement_of
 
@@ -88,24 +87,6 @@ def _cents(amount: Decimal | None) -> str:
     return f"{(amount or Decimal(0)).quantize(billing.CENT):,}"
 
 
-def worst_case_of(request: ComputeRequest, now: datetime | None = None, *,
-                  table: list[dict[str, Any]] | None = None) -> Decimal:
-    """Most a job with this compute request can cost (USD, 6 places): time limit x GPUs x the highest
-    rate among the GPU models it accepts that the pool has (any accepted model when the pool has
-    none of them; the fallback rate if none has a rate).
-
-    ``table``: :func:`apps.metering.selectors.rate_table` at ``now``, when the caller has it
-    (pricing many requests reads the pool and rates once).
-    """
-    table = rate_table(now) if table is None else table
-    rows = [row for row in table
-            if not request.gpu_models or any(model_matches(w, row["gpu_model"]) for w in request.gpu_models)]
-    # Only models the pool has can run it; with none of them in the pool, any accepted model might.
-    rows = [row for row in rows if row["total"]] or rows
-    rate = max((row["rate_per_gpu_hour"] for row in rows), default=FALLBACK_RATE)
-    return billing.worst_case_cost(request.time_limit_s, request.gpus_total, rate)
-
-
 def _queued_committed(owner_id: int, now: datetime, table: list[dict[str, Any]] | None) -> Decimal:
     """The worst case of the account's queued jobs: one aggregate query over the jobs' typed columns
     (jobs with one request, e.g. the tasks of an array, are priced once and counted), the pool
@@ -119,7 +100,7 @@ def _queued_committed(owner_id: int, now: datetime, table: list[dict[str, Any]] 
     for row in groups:
         request = ComputeRequest(gpus=row["gpus_per_node"], nodes=row["nodes"],
                                  gpu_models=tuple(row["gpu_models"] or ()), time_limit_s=row["time_limit_s"])
-        total += worst_case_of(request, now, table=table) * row["n"]
+        total += worst_case_price(request, table, tasks=row["n"]).amount
     return total
 
 
@@ -129,7 +110,7 @@ def _held_committed(owner_id: int, now: datetime) -> Decimal:
     total = Decimal(0)
     for lease in Lease.objects.filter(job__owner_id=owner_id, job__state__in=HOLDING_STATES,
                                       attempt=F("job__attempt"), run_ended_at__isnull=True):
-        whole = billing.cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
+        whole = billing.worst_case_cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
         total += max(Decimal(0), whole - (lease_price(lease, now).cost or Decimal(0)))
     return total
 
@@ -146,7 +127,7 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
     :attr:`apps.core.models.AccountProfile.effective_spend_limit`). Reads only. Without a limit it
     does no further query (``spent`` and ``committed`` are then 0), unless ``figures`` asks for
     them anyway (a quote shows them). ``table``: the rate table at ``now`` if the caller has read
-    it (see :func:`worst_case_of`).
+    it (see :func:`~apps.metering.pricing.worst_case_price`).
     """
     now = now or clock.now()
     profile = profile_of(owner)

@@ -13,15 +13,13 @@ from django.db.models import Q, QuerySet
 
 from apps.core import clock
 from apps.core.choices import NodeState
-from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES
+from apps.core.types import MAX_GPUS_PER_NODE, MAX_NODES, ComputeRequest
 from apps.core.units import format_duration, parse_duration
 from apps.pool.models import Gpu, Node
-from apps.scheduling.core.matching import model_matches
 
-from .billing import worst_case_cost
 from .display import rate_text
 from .models import Lease, LeaseGpu
-from .pricing import lease_price
+from .pricing import lease_price, worst_case_price
 from .rates import FALLBACK_RATE, current_rates
 from .statements import Day, Statement, by_day, statement_of
 
@@ -189,7 +187,8 @@ class Estimate:
 
 
 def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None:
-    """Worst-case cost per accepted model for a compute part, or None if it is not complete.
+    """Worst-case cost per accepted model for a compute part, or None if it is not complete
+    (:func:`~apps.metering.pricing.worst_case_price`'s ``by_model``, to the cent).
 
     ``compute`` is a spec's compute part, or the form's inputs as typed (text).
     ``rows`` are :func:`rate_table` rows with ``worst_case`` (a Decimal to the cent) and
@@ -215,15 +214,11 @@ def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None
     if isinstance(wanted, str):
         wanted = [part.strip() for part in re.split(r"[\n,]", wanted) if part.strip()]
     wanted = [w for w in wanted if isinstance(w, str)] if isinstance(wanted, list) else []
-    rows = []
-    for row in rate_table(now):
-        if wanted and not any(model_matches(w, row["gpu_model"]) for w in wanted):
-            continue
-        if not row["total"]:
-            continue  # a rate but no GPU of the model in the pool: nothing this job could run on
-        worst = worst_case_cost(seconds, gpus * nodes, row["rate_per_gpu_hour"])
-        worst = worst.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-        rows.append({**row, "worst_case": worst, "enough": row["total"] >= gpus * nodes})
+    request = ComputeRequest(gpus=gpus, nodes=nodes, gpu_models=tuple(wanted), time_limit_s=seconds)
+    # a model with a rate but no GPU in the pool is nothing this job could run on: not quoted
+    rows = [{**row, "worst_case": worst.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP),
+             "enough": row["total"] >= gpus * nodes}
+            for row, worst in worst_case_price(request, rate_table(now)).by_model]
     return Estimate(gpus=gpus * nodes, time_limit=format_duration(seconds), rows=rows)
 
 

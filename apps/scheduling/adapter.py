@@ -16,7 +16,6 @@ import math
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
-from typing import Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -29,55 +28,19 @@ from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
 from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
 
-from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, predict_runtime, schedule
+from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, job_request, predict_runtime, schedule
 from .core.matching import model_matches, node_could_ever_hold
 from .core.prestage import prestage_targets
 from .models import SchedulerCycle
 from .node_cache import cached_inputs
-from .ports import PositionChange, QueuedJob, job_queue
+from .ports import PositionChange, job_queue
 from .usage import usage_now
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
 
 
-class JobColumns(Protocol):
-    """The typed requirement columns of a job (:class:`apps.jobs.models.Job`, saved or not)."""
-
-    pk: int | None
-    owner_id: int
-    gpus_per_node: int
-    nodes: int
-    time_limit_s: int
-    priority_boost: int
-    gpu_models: list[str]
-    gpu_memory_mib: int
-    cpus: int
-    memory_mib: int
-    needs_runtime: bool
-
-
-def job_request(job: JobColumns, submitted_at_s: float = 0.0,
-                predicted_runtime_s: float | None = None) -> JobRequest:
-    """The scheduler's view of a job, from its typed columns (SPEC §2 compute part, memory in MiB)."""
-    return JobRequest(
-        job_id=job.pk or 0, account=str(job.owner_id), submitted_at=submitted_at_s,
-        gpus_per_node=job.gpus_per_node, nodes=job.nodes, time_limit_s=job.time_limit_s,
-        gpu_models=tuple(job.gpu_models or ()), gpu_memory_mib=job.gpu_memory_mib, cpus=job.cpus,
-        memory_mib=job.memory_mib, needs_runtime=job.needs_runtime, priority_boost=job.priority_boost,
-        predicted_runtime_s=predicted_runtime_s)
-
-
-def queued_request(row: QueuedJob, predicted_runtime_s: float | None = None) -> JobRequest:
-    """The scheduler's view of a queued job read through the port."""
-    return JobRequest(
-        job_id=row.job_id, account=str(row.owner_id), submitted_at=row.submitted_at_s,
-        gpus_per_node=row.gpus_per_node, nodes=row.nodes, time_limit_s=row.time_limit_s,
-        gpu_models=row.gpu_models, gpu_memory_mib=row.gpu_memory_mib, cpus=row.cpus, memory_mib=row.memory_mib,
-        needs_runtime=row.needs_runtime, priority_boost=row.priority_boost, predicted_runtime_s=predicted_runtime_s)
-
-
-def policy_config(name: str | None = None) -> PolicyConfig:
+def policy_from_settings(name: str | None = None) -> PolicyConfig:
     """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults,
     overridden field by field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
     The simulator reads it too, so a replay runs the settings the live site runs.
@@ -252,12 +215,12 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                 runtimes[key] = predict_runtime(
                     usage[row.owner_id].recent_runtimes_s if row.owner_id in usage else [], row.time_limit_s)
             predicted[row.job_id] = runtimes[key]
-            request = queued_request(row, runtimes[key])
-            if row.job_id in inputs:
-                request = dataclasses.replace(request, inputs=inputs[row.job_id].identities,
-                                              input_bytes=inputs[row.job_id].total_bytes)
-            requests.append(request)
-        policy = policy_config()
+            asked = inputs.get(row.job_id)
+            requests.append(job_request(
+                row, job_id=row.job_id, account=row.owner_id, submitted_at_s=row.submitted_at_s,
+                predicted_runtime_s=runtimes[key], inputs=asked.identities if asked else (),
+                input_bytes=asked.total_bytes if asked else 0))
+        policy = policy_from_settings()
         decision = schedule(requests, views, now.timestamp(), policy,
                             usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
                             promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None})

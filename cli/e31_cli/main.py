@@ -6,12 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from . import __version__
-from .client import Api
 from .commands import auth, get, jobs, logs, usage
-from .config import Settings, require, resolve
+from .context import Ctx
 from .errors import CliError, Exit
 from .output import Out
 
@@ -33,26 +31,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CliError(f"{message} (see `{self.prog} --help`)", Exit.USAGE)
-
-
-@dataclass
-class Ctx:
-    """What a command gets besides its arguments: the printer and the way to the API."""
-
-    args: argparse.Namespace
-    out: Out
-
-    def settings(self) -> Settings:
-        """URL and token in force (option > environment > config file)."""
-        return resolve(url_option=getattr(self.args, "url", None))
-
-    def api(self) -> Api:
-        """A client for the configured server.
-
-        Raises:
-            CliError: (exit 2) no URL or token configured.
-        """
-        return Api(require(self.settings()))
 
 
 def build_parser() -> Parser:

@@ -95,11 +95,15 @@ class HealthSource(StrEnum):
 
 
 class NodeState(StrEnum):
-    """``state`` of the heartbeat answer: the node as the server sees it (``down``: register again)."""
+    """``state`` of the heartbeat answer: the node as the server sees it (``down``: register again).
+
+    Defined here once: the server's :class:`apps.core.choices.NodeState` (the node's column, with
+    labels) is derived from it, in this order (SPEC §5).
+    """
 
     UP = "up"
-    DOWN = "down"
     DRAINING = "draining"
+    DOWN = "down"
 
 
 class FinishCode(StrEnum):

@@ -3,10 +3,14 @@
 Names: ``<Call>Request`` is what the agent sends, ``<Call>Response`` what the server answers
 (status 200). Units are in the field names (``_s`` seconds, ``_bytes`` bytes, ``_mb`` MiB).
 These are types for checkers and readers; the server validates with its serializers
-(apps/pool/api/serializers.py), which the OpenAPI document at ``/api/v1/schema/`` publishes.
-"""
+(apps/agent_api/api/serializers.py), which the OpenAPI document at ``/api/v1/schema/`` publishes,
+and a test (tests/agent_api/test_payload_shapes.py) checks every serializer against its shape here:
+field names, required or not, types.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: with string annotations Python 3.11 cannot see
+``NotRequired`` when it builds a ``TypedDict``, and every key would read as required at run time
+(``__required_keys__``).
+"""
 
 from typing import Any, NotRequired, TypedDict
 
@@ -103,11 +107,18 @@ class DataInput(TypedDict):
     extract: NotRequired[bool]
 
 
+class AssignedGpu(TypedDict):
+    """One GPU of an assignment: the node's index and NVML's UUID (as the agent registered them)."""
+
+    index: int
+    uuid: str
+
+
 class Assignment(TypedDict):
     job_id: int
     attempt: int
     lease_id: int
-    gpus: list[dict[str, Any]]  # [{"index", "uuid"}]
+    gpus: list[AssignedGpu]
     time_limit_s: int
     deadline_in_s: float
     grace_s: float
@@ -243,6 +254,12 @@ class BundleStatusResponse(TypedDict):
     direct: NotRequired[bool]  # the server keeps files in an object store: POST bundle/direct/ (issue 15)
     verifying: NotRequired[bool]  # joined in the store, being verified
     refused: NotRequired[str]  # why the last direct upload was refused ("" if it was not)
+
+
+class BundleDirectRequest(TypedDict):
+    """``POST jobs/<id>/bundle/direct/``: the size of the whole bundle, bytes."""
+
+    size_bytes: int
 
 
 class BundleDirectPart(TypedDict):

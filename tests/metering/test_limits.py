@@ -10,7 +10,9 @@ from apps.core.types import ComputeRequest
 from apps.jobs.models import Job
 from apps.jobs.services.submit import job_submit
 from apps.jobs.spec import compute_request
-from apps.metering.limits import spend_check, worst_case_of
+from apps.metering.limits import spend_check
+from apps.metering.pricing import worst_case_price
+from apps.metering.selectors import price_estimate, rate_table
 from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent
@@ -32,9 +34,9 @@ def _limit(owner, amount: str, tz: str = "UTC") -> AccountProfile:
 
 
 def test_the_worst_case_is_time_limit_times_gpus_times_the_highest_accepted_rate(h100):
-    assert worst_case_of(ComputeRequest(gpus=2, time_limit_s=3600)) == Decimal("4.980000")
-    assert worst_case_of(ComputeRequest(gpus=1, nodes=2, time_limit_s=1800, gpu_models=("A100-40GB",))) \
-        == Decimal("1.290000")
+    assert worst_case_price(ComputeRequest(gpus=2, time_limit_s=3600), rate_table()).amount == Decimal("4.980000")
+    assert worst_case_price(ComputeRequest(gpus=1, nodes=2, time_limit_s=1800, gpu_models=("A100-40GB",)),
+                            rate_table()).amount == Decimal("1.290000")
     # The request comes typed from the spec (GB to MiB, the duration to seconds) at submit.
     assert compute_request({"gpus": 1, "nodes": 2, "time_limit": "30m", "gpu_model": ["A100-40GB"],
                             "memory_gb": 1}) == ComputeRequest(gpus=1, nodes=2, time_limit_s=1800,
@@ -140,3 +142,23 @@ def test_a_dry_run_without_a_limit_still_shows_what_was_spent_and_committed(owne
     limit = resp.json()["spend_limit"]
     assert limit["limit"] is None and limit["fits"] is True
     assert Decimal(limit["committed"]) > 0
+
+
+def test_the_quote_the_form_and_the_limit_price_a_worst_case_by_one_rule(owner, api, h100):
+    """Issue 22: one worst-case rule (apps.metering.pricing.worst_case_price). H100-80GB (2.49/GPU-h) is
+    in the pool, A100-40GB (1.29) is not: a job accepting both is priced at the H100's rate, and the
+    per-model rows name only the model the pool holds."""
+    compute = {"gpus": 2, "time_limit": "1h", "gpu_model": ["H100-80GB", "A100-40GB"]}
+    worst = worst_case_price(compute_request(compute), rate_table(), tasks=3)
+    assert (worst.amount, worst.rate_per_gpu_hour) == (Decimal("14.940000"), Decimal("2.49"))
+    assert [(row["gpu_model"], amount) for row, amount in worst.by_model] == [("H100-80GB", Decimal("4.980000"))]
+
+    quote = api.post("/api/v1/jobs/?dry_run=1", spec(compute=compute, array=3), format="json").json()
+    assert (quote["worst_case"], quote["tasks"]) == ("14.94", 3)
+    assert [(row["gpu_model"], row["worst_case"]) for row in quote["by_model"]] == [("H100-80GB", "4.98")]
+    form = price_estimate(compute)
+    assert [(row["gpu_model"], row["worst_case"]) for row in form.rows] == [("H100-80GB", Decimal("4.98"))]
+
+    _limit(owner, "14.93")  # a cent short of the array's worst case
+    resp = api.post("/api/v1/jobs/", spec(compute=compute, array=3), format="json")
+    assert resp.status_code == 400 and "by $0.01" in resp.json()["compute"][0]

@@ -60,14 +60,14 @@ def test_concurrent_cycles_grant_each_gpu_once(owner, pool, settings, monkeypatc
 def test_policy_settings_override_the_core_defaults_field_by_field(settings):
     from django.core.exceptions import ImproperlyConfigured
 
-    from apps.scheduling.adapter import policy_config
+    from apps.scheduling.adapter import policy_from_settings
     from apps.scheduling.core import PolicyConfig
 
     settings.E31_POLICY_OVERRIDES = {}
-    assert policy_config().reservation_depth == PolicyConfig().reservation_depth
+    assert policy_from_settings().reservation_depth == PolicyConfig().reservation_depth
     settings.E31_POLICY_OVERRIDES = {"reservation_depth": "3", "backfill_by_limit": "false", "guard_after_s": "none"}
-    config = policy_config()
+    config = policy_from_settings()
     assert (config.reservation_depth, config.backfill_by_limit, config.guard_after_s) == (3, False, None)
     settings.E31_POLICY_OVERRIDES = {"bogus": "1"}
     with pytest.raises(ImproperlyConfigured):
-        policy_config()
+        policy_from_settings()

@@ -8,7 +8,7 @@ from apps.scheduling.core import (
     decay,
     fairshare_factor,
     planned_end,
-    policy_config,
+    policy_resolve,
     predict_runtime,
 )
 from apps.scheduling.core.priority import order_multifactor, priority
@@ -57,9 +57,9 @@ def test_a_gpu_past_its_prediction_is_planned_later_but_never_past_its_limit():
 
 
 def test_policies_by_name_and_unknown_ones_refused():
-    assert policy_config("easy").name == "easy" and policy_config("e31").reservation_depth == 1
+    assert policy_resolve("easy").name == "easy" and policy_resolve("e31").reservation_depth == 1
     with pytest.raises(ValueError, match="unknown scheduling policy 'sjf'"):
-        policy_config("sjf")
+        policy_resolve("sjf")
 
 
 def test_the_job_size_factor_lifts_wide_jobs_in_proportion_to_the_pool():

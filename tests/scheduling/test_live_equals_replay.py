@@ -15,7 +15,7 @@ from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
 from apps.jobs.services.submit import job_submit
 from apps.metering.models import Lease
-from apps.scheduling.adapter import policy_config, schedule_cycle
+from apps.scheduling.adapter import policy_from_settings, schedule_cycle
 from apps.scheduling.core import GpuSlot, JobRequest, NodeView
 from apps.scheduling.models import AccountUsage
 from apps.scheduling.simulator import ReplayJob, replay_jobs
@@ -118,7 +118,7 @@ def test_live_cycles_and_the_replay_start_every_job_at_the_same_time(policy, see
     jobs = [ReplayJob(JobRequest(job_id=ids[k], account=str(owners[who].pk), submitted_at=float(t),
                                  gpus_per_node=gpus, nodes=count, time_limit_s=limit), float(run))
             for k, (t, who, gpus, count, limit, run) in enumerate(trace)]
-    replayed = replay_jobs(jobs, views, policy_config(policy))
+    replayed = replay_jobs(jobs, views, policy_from_settings(policy))
     assert replayed.started == live_starts
     # the trace is not trivial: some jobs waited, and not in submit order
     waits = {ids[k]: live_starts[ids[k]] - trace[k][0] for k in range(len(trace))}

@@ -8,7 +8,8 @@ accepted -> staging -> running -> exited -> (pack, upload) -> finished:
 4. :mod:`.report`   ``exited``, the rest of the log, then (5, 6) the bundle, then ``finished``;
 5. :mod:`.pack`     the declared outputs packed once;
 6. :mod:`.upload`   the bundle uploaded, resumable;
-:mod:`.run` runs them in order and takes cancel, drop and shutdown from other threads.
+:mod:`.run` runs them in order and takes cancel, drop and shutdown from other threads; each step
+is handed a small record of what it needs (:mod:`.base`), never the run, so no step imports it.
 
 With nothing to stage, ``accepted`` folds into ``running``; with nothing to
 pack, ``exited`` folds into ``finished`` (``exited={...}``; protocol v2):

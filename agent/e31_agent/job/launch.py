@@ -6,31 +6,54 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import container
+from ..cgroups import JobCgroups
 from ..models import Assignment
 from ..runner import JobProcess, build_env, new_marker
-from ..sandbox import SLOT_PLACEHOLDER, gpu_device_nodes
-
-if TYPE_CHECKING:
-    from .run import JobRun
+from ..sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 
 log = logging.getLogger(__name__)
 
 BACKSTOP_S = 1.0  # the shim sends its SIGTERM this long after the agent's (SIGKILL 1 s past the deadline)
 
 
-def start_process(run: JobRun, job_dir: Path) -> JobProcess:
-    """Start ``run``'s command in ``job_dir``; returns the started process.
+@dataclass(frozen=True)
+class LaunchJob:
+    """What the launch is handed: the assignment (command, image, env, GPUs, limits from the
+    spec), the node's means to run it (container runtimes, real GPUs or simulated, the tenant
+    sandbox, per-job cgroups, the node's ``limits``, the job's user when the agent is root) and
+    where the shim writes (the attempt's log and state dir).
+
+    ``scope``: the workdir's short id (:attr:`~e31_agent.config.Workdir.scope`), marking the
+    job's processes; ``limits``: ``nofile``, ``memory`` (simulated nodes), ``beat_path``,
+    ``loss_timeout_s`` (see :func:`job_limits`); ``sandbox`` None: ``--unsafe-no-sandbox``.
+    """
+
+    assignment: Assignment
+    scope: str
+    log_path: Path
+    run_dir: Path
+    runtimes: list[str]
+    real_gpus: bool
+    limits: dict[str, Any] = field(default_factory=dict)
+    job_user: tuple[int, int] | None = None
+    cgroups: JobCgroups | None = None
+    sandbox: Sandbox | None = None
+
+
+def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
+    """Start ``job``'s command in ``job_dir``; returns the started process.
 
     Raises:
         OSError: the shim could not be started.
         container.ContainerError: the spec names an image and no runtime can run it.
     """
-    a = run.assignment
-    marker = new_marker(run.workdir.scope, a.job_id, a.attempt)
+    a = job.assignment
+    marker = new_marker(job.scope, a.job_id, a.attempt)
     pinned = a.gpu_uuids if a.gpu_uuids and all(a.gpu_uuids) else a.gpu_indices
     env = build_env(
         job_dir=job_dir,
@@ -43,44 +66,44 @@ def start_process(run: JobRun, job_dir: Path) -> JobProcess:
         launch = container.wrap(
             image=a.spec.image,
             command=a.spec.command,
-            runtimes=run.runtimes,
+            runtimes=job.runtimes,
             job_dir=job_dir,
             env=env,
             gpu_indices=list(pinned),
-            real_gpus=run.real_gpus,
-            name=f"e31-{run.workdir.scope}-{a.job_id}-{a.attempt}",
-            user=run.job_user,
-            slot_user=SLOT_PLACEHOLDER if run.sandbox is not None and run.sandbox.slots else None,
-            network=a.spec.network if run.sandbox is not None else None,
+            real_gpus=job.real_gpus,
+            name=f"e31-{job.scope}-{a.job_id}-{a.attempt}",
+            user=job.job_user,
+            slot_user=SLOT_PLACEHOLDER if job.sandbox is not None and job.sandbox.slots else None,
+            network=a.spec.network if job.sandbox is not None else None,
         )
     else:
         launch = container.plain(a.spec.command)
     env.update(launch.env)
-    limits = job_limits(a, run.limits, run.job_user, cgroup=run_cgroup(run))
-    if run.sandbox is not None:
-        nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if run.real_gpus and a.gpu_indices else []
-        limits["sandbox"] = run.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
+    limits = job_limits(a, job.limits, job.job_user, cgroup=run_cgroup(job))
+    if job.sandbox is not None:
+        nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if job.real_gpus and a.gpu_indices else []
+        limits["sandbox"] = job.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
                                              image=bool(a.spec.image))
     return JobProcess.start(
         launch.argv,
         cwd=job_dir,
         env=env,
-        log_path=run.workdir.log_path(a.job_id, a.attempt),
-        run_dir=run.state.path,
+        log_path=job.log_path,
+        run_dir=job.run_dir,
         teardown=launch.teardown,
         limits=limits,
     )
 
 
-def run_cgroup(run: JobRun) -> Path | None:
-    """``run``'s cgroup with ``memory.max`` from the spec, when the node can make one."""
-    a = run.assignment
-    if run.cgroups is None or not a.memory_bytes:
+def run_cgroup(job: LaunchJob) -> Path | None:
+    """``job``'s cgroup with ``memory.max`` from the spec, when the node can make one."""
+    a = job.assignment
+    if job.cgroups is None or not a.memory_bytes:
         return None
     try:
-        return run.cgroups.create(f"job-{a.job_id}-{a.attempt}", a.memory_bytes)
+        return job.cgroups.create(f"job-{a.job_id}-{a.attempt}", a.memory_bytes)
     except OSError as exc:
-        log.warning("%s: no cgroup for the memory limit: %s", run.ref, exc)
+        log.warning("%s: no cgroup for the memory limit: %s", a.ref, exc)
         return None
 
 

@@ -4,41 +4,51 @@ archive it packed before, recorded in ``bundle.json``)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from e31_protocol import FinishCode
 
 from .. import node_inputs
-from ..models import FileEntry
+from ..models import FileEntry, JobRef
 from ..packer import Bundle, pack
 from ..state import read_json, write_json
 from .base import OutputProblem
 
-if TYPE_CHECKING:
-    from .run import JobRun
-
 log = logging.getLogger(__name__)
 
 
-def pack_outputs(run: JobRun) -> Bundle | OutputProblem:
-    """The bundle of ``run``'s declared outputs (packed now, or the one packed before), or the
+@dataclass(frozen=True)
+class PackJob:
+    """What the packer is handed: the declared outputs (``spec.output_paths``, globs relative to
+    ``job_dir``), the site's cap on their bytes (None: no cap), where the archive goes
+    (``bundle_path``) and its record for a resumed run (``meta_path``, ``bundle.json``), and the
+    node's input cache dir (whose node limits bound the outputs too)."""
+
+    ref: JobRef
+    job_dir: Path
+    output_paths: list[str]
+    max_bytes: int | None
+    bundle_path: Path
+    meta_path: Path
+    cache_dir: Path
+
+
+def pack_outputs(job: PackJob) -> Bundle | OutputProblem:
+    """The bundle of ``job``'s declared outputs (packed now, or the one packed before), or the
     :class:`OutputProblem` (``packing_failed``) when it could not be packed."""
-    a = run.assignment
-    bundle_path = run.workdir.bundle_path(a.job_id, a.attempt)
-    bundle = load_bundle(run.state.bundle_meta_path, bundle_path)
+    bundle = load_bundle(job.meta_path, job.bundle_path)
     if bundle is not None:  # a resumed upload sends the archive it began with
         return bundle
     try:
         bundle = pack(
-            run.workdir.job_dir(a.job_id), a.spec.output_paths, bundle_path, job_id=a.job_id,
-            max_bytes=a.output_max_bytes,
-            limits=node_inputs.for_cache_dir(run.workdir.cache).output_limits,
+            job.job_dir, job.output_paths, job.bundle_path, job_id=job.ref.job_id, max_bytes=job.max_bytes,
+            limits=node_inputs.for_cache_dir(job.cache_dir).output_limits,
         )
     except OSError as exc:
-        log.error("%s: packing failed: %s", run.ref, exc)
+        log.error("%s: packing failed: %s", job.ref, exc)
         return OutputProblem(FinishCode.PACKING_FAILED, f"packing outputs failed: {exc}")
-    write_json(run.state.bundle_meta_path, {
+    write_json(job.meta_path, {
         "size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": [f.to_json() for f in bundle.files],
         "not_packed": list(bundle.not_packed), "unmatched": list(bundle.unmatched),
     })  # fmt: skip

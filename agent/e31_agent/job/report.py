@@ -4,23 +4,44 @@ and 6, when there is one), then ``finished`` (docs/agent-protocol.md, "Order of 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from e31_protocol import AgentPhase, ExitReason, FinishCode, ReportType
 
+from ..logship import LogShipper
+from ..models import JobRef
 from ..packer import Bundle
-from .pack import pack_outputs
-from .upload import upload_outputs
-
-if TYPE_CHECKING:
-    from .run import JobRun
+from ..reports import Reporter
+from ..runner import JobProcess
+from ..state import RunState
+from .base import Control, Progress
+from .pack import PackJob, pack_outputs
+from .upload import UploadJob, upload_outputs
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EndJob:
+    """What reporting the end is handed: the attempt's state dir (result, phase, elapsed time),
+    its reporter, stop signals and :class:`Progress` (written here), its ``grace_s`` (seconds
+    between SIGTERM and SIGKILL), and the packing and upload steps of its outputs."""
+
+    ref: JobRef
+    state: RunState
+    reporter: Reporter
+    control: Control
+    progress: Progress
+    grace_s: float
+    pack: PackJob
+    upload: UploadJob
+
+
 def report_end(
-    run: JobRun,
+    end: EndJob,
     *,
+    shipper: LogShipper | None,
     exit_code: int | None,
     reason: ExitReason,
     message: str | None,
@@ -36,57 +57,61 @@ def report_end(
     exit carries ``elapsed_s``, the run's length from the accept as measured here (read now,
     or, for a resumed run, as recorded when it ended), so the server bills the run, not
     the time the report took to get through (SPEC §4). When the outputs did not all come
-    back, ``finished`` carries a :class:`~e31_protocol.FinishCode` and a message.
+    back, ``finished`` carries a :class:`~e31_protocol.FinishCode` and a message. ``shipper``:
+    the run's log shipper, finished before the bundle goes (None: none was started).
 
     Raises:
         Dropped: the attempt was dropped meanwhile.
     """
-    run.phase = AgentPhase.OUTPUT
+    progress = end.progress
+    progress.phase = AgentPhase.OUTPUT
     if not exited_queued:
-        elapsed_s = run.state.elapsed_s()
-    packs = with_outputs and bool(run.assignment.spec.output_paths)
+        elapsed_s = end.state.elapsed_s()
+    packs = with_outputs and bool(end.pack.output_paths)
     if not packs:
-        run.folded_exit = {"exit_code": exit_code, "reason": ExitReason(reason).value}
+        progress.folded_exit = {"exit_code": exit_code, "reason": ExitReason(reason).value}
         if message:
-            run.folded_exit["message"] = message
+            progress.folded_exit["message"] = message
         if elapsed_s is not None:
-            run.folded_exit["elapsed_s"] = elapsed_s
+            progress.folded_exit["elapsed_s"] = elapsed_s
     if not exited_queued:
-        run.state.set_result(reason=reason, exit_code=exit_code, pack=with_outputs, message=message,
+        end.state.set_result(reason=reason, exit_code=exit_code, pack=with_outputs, message=message,
                              elapsed_s=elapsed_s)
         if packs:
-            run.reporter.send(ReportType.EXITED, exit_code=exit_code, reason=reason, message=message,
+            end.reporter.send(ReportType.EXITED, exit_code=exit_code, reason=reason, message=message,
                               elapsed_s=elapsed_s)
-        run.state.set_phase(AgentPhase.OUTPUT)
-    run.exited_sent = True
-    if run.shipper is not None:
-        run.shipper.finish()
-    run.check_dropped()
+        end.state.set_phase(AgentPhase.OUTPUT)
+    progress.exited_sent = True
+    if shipper is not None:
+        shipper.finish()
+    end.control.check_dropped()
     problem = None
     if packs:
-        packed = pack_outputs(run)
-        problem = upload_outputs(run, packed) if isinstance(packed, Bundle) else packed
-    run.check_dropped()
-    run.reporter.send(ReportType.FINISHED, exited=run.folded_exit,
+        packed = pack_outputs(end.pack)
+        problem = upload_outputs(end.upload, packed) if isinstance(packed, Bundle) else packed
+    end.control.check_dropped()
+    end.reporter.send(ReportType.FINISHED, exited=progress.folded_exit,
                       **({"code": problem.code, "message": problem.message} if problem else {}))
-    run.state.set_phase(AgentPhase.FINISHED)
-    run.finished_sent = True
-    run.reporter.wait_sent()
-    run.check_dropped()
-    log.info("%s: finished", run.ref)
+    end.state.set_phase(AgentPhase.FINISHED)
+    progress.finished_sent = True
+    end.reporter.wait_sent()
+    end.control.check_dropped()
+    log.info("%s: finished", end.ref)
 
 
-def report_agent_error(run: JobRun) -> None:
-    """After an agent error: stop the run and close the attempt on the server (``exited`` if not
-    sent, then ``finished`` with the code ``agent_error``); waits up to 60 s for them to go."""
-    if run.process is not None:
-        run.process.stop(run.assignment.grace_s)
-    if not run.exited_sent:
-        reason = ExitReason.EXIT if run.process is not None else ExitReason.START_FAILED
-        code = run.process.exit_code if run.process is not None else None
-        run.reporter.send(ReportType.EXITED, exit_code=code, reason=reason, message="agent error",
-                          elapsed_s=run.state.elapsed_s())
-    if not run.finished_sent:
+def report_agent_error(end: EndJob, *, process: JobProcess | None) -> None:
+    """After an agent error: stop the run's ``process`` (None: it did not start) and close the
+    attempt on the server (``exited`` if not sent, then ``finished`` with the code
+    ``agent_error``); waits up to 60 s for them to go."""
+    progress = end.progress
+    if process is not None:
+        process.stop(end.grace_s)
+    if not progress.exited_sent:
+        reason = ExitReason.EXIT if process is not None else ExitReason.START_FAILED
+        code = process.exit_code if process is not None else None
+        end.reporter.send(ReportType.EXITED, exit_code=code, reason=reason, message="agent error",
+                          elapsed_s=end.state.elapsed_s())
+    if not progress.finished_sent:
         fields: dict[str, Any] = {"code": FinishCode.AGENT_ERROR, "message": "agent error"}
-        run.reporter.send(ReportType.FINISHED, exited=run.folded_exit, **fields)
-    run.reporter.wait_sent(60)
+        end.reporter.send(ReportType.FINISHED, exited=progress.folded_exit, **fields)
+    end.reporter.wait_sent(60)

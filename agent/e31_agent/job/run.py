@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +24,13 @@ from ..sampler import INTERVAL_S as SAMPLE_INTERVAL_S
 from ..sampler import UsageSampler
 from ..sandbox import Sandbox
 from ..state import RunState
-from .base import Dropped
-from .launch import start_process
+from .base import Control, Dropped, Progress
+from .launch import LaunchJob, start_process
+from .pack import PackJob
 from .prepare import hand_over, prepare_dir
-from .report import report_agent_error, report_end
-from .stage import stage_inputs
+from .report import EndJob, report_agent_error, report_end
+from .stage import StageJob, stage_inputs
+from .upload import UploadJob
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,12 @@ class JobRun:
     ``phase`` is an :class:`e31_protocol.AgentPhase`, the same word the attempt's state
     directory holds (``accepted`` until staging begins); :attr:`done` is True once the thread
     ended.
+
+    The run composes what each step is handed, built once here: :attr:`staging`
+    (:class:`~.stage.StageJob`), :attr:`launch` (:class:`~.launch.LaunchJob`) and :attr:`ending`
+    (:class:`~.report.EndJob`, with the packer's :class:`~.pack.PackJob` and the upload's
+    :class:`~.upload.UploadJob`), sharing its stop signals (:attr:`control`) and how far it got
+    (:attr:`progress`). No step sees the run itself.
     """
 
     def __init__(
@@ -65,8 +72,6 @@ class JobRun:
         self.ref = assignment.ref
         self.client = client
         self.workdir = workdir
-        self.runtimes = runtimes
-        self.real_gpus = real_gpus
         self.on_done = on_done
         self.predecessor = predecessor
         self.keep_files = keep_files
@@ -74,31 +79,52 @@ class JobRun:
         self.state = state or RunState.create(
             workdir.run_dir(assignment.job_id, assignment.attempt), assignment.raw, assignment.deadline
         )
-        self.limits = dict(limits or {})  # nofile, cpus (ids to pick from), memory_bytes cap
-        self.job_user = job_user  # (uid, gid) the command runs as, when the agent is root
         self.cgroups = cgroups  # per-job cgroup v2 memory caps, where the agent may make them
-        self.sandbox = sandbox  # the tenant sandbox (e31_agent.sandbox); None: --unsafe-no-sandbox
         self.resuming = False
-        self.phase = AgentPhase.ACCEPTED
         self._done = False
         self.result: RunResult | None = None
-        self.cancel_event = threading.Event()
-        self.drop_event = threading.Event()  # kill and go quiet
-        self.abort = threading.Event()  # end every network retry of this job
+        self.control = Control(term_at=assignment.term_at)
+        self.progress = Progress()
         self.stopping = False  # drop caused by the agent stopping, not by the server
         self.process: JobProcess | None = None
-        self.exited_sent = False
-        self.finished_sent = False
-        self.folded_exit: dict[str, Any] | None = None  # the exited that finished will carry
         self.reporter = Reporter(
-            client, self.ref, abort=self.abort, on_stale=self.drop, spool_path=self.state.reports_path
+            client, self.ref, abort=self.control.abort, on_stale=self.drop, spool_path=self.state.reports_path
         )
         self.shipper: LogShipper | None = None
+        self.real_gpus = real_gpus
         self.sample_interval_s = sample_interval_s  # seconds between usage samples; 0: none taken
         self.sampler: UsageSampler | None = None
+        a = assignment
+        self.staging = StageJob(
+            ref=self.ref, data=a.spec.data, in_container=bool(a.spec.image), cache_dir=workdir.cache,
+            tmp_dir=workdir.tmp, client=client, reporter=self.reporter, control=self.control,
+        )
+        self.launch = LaunchJob(
+            assignment=a, scope=workdir.scope, log_path=workdir.log_path(a.job_id, a.attempt),
+            run_dir=self.state.path, runtimes=runtimes, real_gpus=real_gpus,
+            limits=dict(limits or {}),  # nofile, cpus (ids to pick from), memory_bytes cap
+            job_user=job_user,  # (uid, gid) the command runs as, when the agent is root
+            cgroups=cgroups,
+            sandbox=sandbox,  # the tenant sandbox (e31_agent.sandbox); None: --unsafe-no-sandbox
+        )
+        self.ending = EndJob(
+            ref=self.ref, state=self.state, reporter=self.reporter, control=self.control, progress=self.progress,
+            grace_s=a.grace_s,
+            pack=PackJob(
+                ref=self.ref, job_dir=workdir.job_dir(a.job_id), output_paths=a.spec.output_paths,
+                max_bytes=a.output_max_bytes, bundle_path=workdir.bundle_path(a.job_id, a.attempt),
+                meta_path=self.state.bundle_meta_path, cache_dir=workdir.cache,
+            ),
+            upload=UploadJob(ref=self.ref, client=client, control=self.control),
+        )
         self._thread = threading.Thread(
             target=self._main, name=f"job-{self.ref.job_id}-{self.ref.attempt}", daemon=True
         )
+
+    @property
+    def phase(self) -> AgentPhase:
+        """Where the run is (:class:`e31_protocol.AgentPhase`), as its steps wrote it."""
+        return self.progress.phase
 
     # -- control from other threads ----------------------------------------
 
@@ -127,38 +153,25 @@ class JobRun:
 
     def cancel(self) -> None:
         """Stop the run (SIGTERM, grace, SIGKILL); outputs are still packed."""
-        if not self.cancel_event.is_set() and not self._done and self.phase in (
+        if not self.control.cancel.is_set() and not self._done and self.phase in (
             AgentPhase.ACCEPTED, AgentPhase.STAGING, AgentPhase.RUNNING,
         ):
             log.info("%s: cancel requested", self.ref)
-        self.cancel_event.set()
+        self.control.cancel.set()
 
     def drop(self) -> None:
         """The server no longer runs this attempt here: kill it and say nothing more."""
-        self.drop_event.set()
-        self.abort.set()
-        self.cancel_event.set()  # wakes the supervisor at once
+        self.control.drop_now()
+
+    @property
+    def dropped(self) -> bool:
+        """True once the run was dropped (:meth:`drop`, :meth:`shutdown`, a stale attempt)."""
+        return self.control.drop.is_set()
 
     def shutdown(self) -> None:
         """The agent stops: kill the job (short grace) and send nothing more."""
         self.stopping = True
         self.drop()
-
-    # -- used by the steps ---------------------------------------------------
-
-    def stop_reason(self) -> ExitReason | None:
-        """Why the run must stop now: ``cancelled`` (a cancel, or a drop: check
-        :meth:`check_dropped` first), ``time_limit`` (``grace_s`` before the deadline), or None."""
-        if self.cancel_event.is_set():
-            return ExitReason.CANCELLED
-        if time.monotonic() >= self.assignment.term_at:
-            return ExitReason.TIME_LIMIT
-        return None
-
-    def check_dropped(self) -> None:
-        """Raises :class:`Dropped` once the attempt was dropped."""
-        if self.drop_event.is_set():
-            raise Dropped()
 
     # -- the lifecycle -------------------------------------------------------
 
@@ -169,7 +182,7 @@ class JobRun:
             log.info("%s: dropped", self.ref)
         except Exception:
             log.exception("%s: agent error", self.ref)
-            report_agent_error(self)
+            report_agent_error(self.ending, process=self.process)
         finally:
             if self.sampler is not None:
                 self.sampler.finish(timeout_s=1.0)
@@ -195,26 +208,29 @@ class JobRun:
         log.info("%s: accepted (%s)", self.ref, a.spec.name)
         job_dir = prepare_dir(self.workdir, self.ref)
 
-        self.phase = AgentPhase.STAGING
+        self.progress.phase = AgentPhase.STAGING
         self.state.set_phase(AgentPhase.STAGING)
         if a.spec.data:
-            failure = stage_inputs(self, job_dir)
+            failure = stage_inputs(self.staging, job_dir)
             if failure is not None:
                 reason, message = failure
-                report_end(self, exit_code=None, reason=reason, message=message, with_outputs=False)
+                report_end(self.ending, shipper=self.shipper, exit_code=None, reason=reason, message=message,
+                           with_outputs=False)
                 return
-        self.check_dropped()
-        stop = self.stop_reason()
+        self.control.check_dropped()
+        stop = self.control.stop_reason()
         if stop is not None:
-            report_end(self, exit_code=None, reason=stop, message=None, with_outputs=False)
+            report_end(self.ending, shipper=self.shipper, exit_code=None, reason=stop, message=None,
+                       with_outputs=False)
             return
 
         try:
-            hand_over(job_dir, self.job_user)
-            self.process = start_process(self, job_dir)
+            hand_over(job_dir, self.launch.job_user)
+            self.process = start_process(self.launch, job_dir)
         except (OSError, container.ContainerError) as exc:
             log.warning("%s: did not start: %s", self.ref, exc)
-            report_end(self, exit_code=None, reason=ExitReason.START_FAILED, message=str(exc), with_outputs=False)
+            report_end(self.ending, shipper=self.shipper, exit_code=None, reason=ExitReason.START_FAILED,
+                       message=str(exc), with_outputs=False)
             return
         self.state.set_phase(AgentPhase.RUNNING)
         self.reporter.send(ReportType.RUNNING, pid=self.process.pid, elapsed_s=self.state.elapsed_s())
@@ -231,17 +247,17 @@ class JobRun:
             self._supervise()
             return
         result = self.state.result or {"reason": ExitReason.EXIT, "exit_code": None, "pack": False}
-        self.phase = AgentPhase.OUTPUT
+        self.progress.phase = AgentPhase.OUTPUT
         if phase == AgentPhase.OUTPUT:
             self._start_shipper()
-            report_end(self, exit_code=result["exit_code"], reason=ExitReason(result["reason"]),
-                       message=result.get("message"), with_outputs=bool(result.get("pack")), exited_queued=True,
-                       elapsed_s=result.get("elapsed_s"))
+            report_end(self.ending, shipper=self.shipper, exit_code=result["exit_code"],
+                       reason=ExitReason(result["reason"]), message=result.get("message"),
+                       with_outputs=bool(result.get("pack")), exited_queued=True, elapsed_s=result.get("elapsed_s"))
             return
-        self.phase = AgentPhase.FINISHED  # "finished" is queued: the spool sends it
-        self.finished_sent = self.exited_sent = True
+        self.progress.phase = AgentPhase.FINISHED  # "finished" is queued: the spool sends it
+        self.progress.finished_sent = self.progress.exited_sent = True
         self.reporter.wait_sent()
-        self.check_dropped()
+        self.control.check_dropped()
 
     def _start_shipper(self) -> None:
         a = self.assignment
@@ -249,7 +265,7 @@ class JobRun:
             self.client,
             self.ref,
             self.workdir.log_path(a.job_id, a.attempt),
-            abort=self.abort,
+            abort=self.control.abort,
             on_stale=self.drop,
             offset_path=self.state.log_offset_path,
         )
@@ -264,7 +280,7 @@ class JobRun:
             self.client, self.ref, self.process.processes,
             gpus=[{"index": i, "uuid": u} for i, u in
                   zip(a.gpu_indices, a.gpu_uuids or [""] * len(a.gpu_indices), strict=False)],
-            real_gpus=self.real_gpus, abort=self.abort, interval_s=self.sample_interval_s,
+            real_gpus=self.real_gpus, abort=self.control.abort, interval_s=self.sample_interval_s,
             elapsed_s=self.state.elapsed_s,
         )
         self.sampler.start()
@@ -273,26 +289,26 @@ class JobRun:
         """Watch the started command to its end, then exited, logs, bundle, finished."""
         a = self.assignment
         assert self.process is not None
-        self.phase = AgentPhase.RUNNING
+        self.progress.phase = AgentPhase.RUNNING
         self._start_shipper()
         self._start_sampler()
         grace = a.grace_s
         result = supervise(
             self.process,
             deadline=a.term_at,  # SIGTERM grace_s early: SIGKILL lands at the deadline
-            cancel=self.cancel_event,
-            drop=self.drop_event,
+            cancel=self.control.cancel,
+            drop=self.control.drop,
             grace_s=grace,
         )
         if self.sampler is not None:
             self.sampler.finish()
-        if result.reason == DROPPED or self.drop_event.is_set():
+        if result.reason == DROPPED or self.control.drop.is_set():
             self.process.stop(min(grace, self.shutdown_grace_s) if self.stopping else 0)
             raise Dropped()
         self.result = result
         log.info("%s: ended (%s, exit code %s)", self.ref, result.reason, result.exit_code)
-        report_end(self, exit_code=result.exit_code, reason=ExitReason(result.reason), message=None,
-                   with_outputs=True)
+        report_end(self.ending, shipper=self.shipper, exit_code=result.exit_code, reason=ExitReason(result.reason),
+                   message=None, with_outputs=True)
 
     def _clean_up(self) -> None:
         a = self.assignment

@@ -22,7 +22,8 @@ from apps.jobs.retention import uploads_lock
 from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
 from apps.jobs.spend import spend_limit_enforce
 from apps.pool import signals as pool_signals
-from apps.scheduling.adapter import job_request, pool_refusal
+from apps.scheduling.adapter import pool_refusal
+from apps.scheduling.core import job_request
 from apps.scheduling.tasks import enqueue_schedule_cycle
 
 
@@ -51,7 +52,8 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
         elif item.source.startswith("file://") and not _file_allowed(item.source):
             errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
     if not errors:
-        request = job_request(unsaved_job(spec, owner))
+        job = unsaved_job(spec, owner)
+        request = job_request(job, job_id=0, account=job.owner_id, submitted_at_s=0.0)  # not saved: no id
         refusal = pool_refusal(request)
         if refusal:
             errors["compute"] = [refusal[0].upper() + refusal[1:] + "."]

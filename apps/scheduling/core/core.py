@@ -59,7 +59,7 @@ from .types import Decision, JobRequest, NodeView, Pending, Placement, PolicyCon
 POLICIES = ("fifo", "easy", "e31")
 
 
-def policy_config(policy: str | PolicyConfig) -> PolicyConfig:
+def policy_resolve(policy: str | PolicyConfig) -> PolicyConfig:
     """The config for ``policy`` (a name means the defaults); ``easy`` always has depth 1.
 
     Raises:
@@ -94,7 +94,7 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
     Raises:
         ValueError: unknown policy.
     """
-    config = policy_config(policy)
+    config = policy_resolve(policy)
     cycle = _Cycle(nodes, now, config)
     if config.name == "fifo":
         cycle.run_fifo(order_fifo(queue))

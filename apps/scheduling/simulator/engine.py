@@ -44,7 +44,8 @@ from apps.scheduling.core import (
     PolicyConfig,
     UsageLedger,
     held_until,
-    policy_config,
+    job_request,
+    policy_resolve,
     predict_runtime,
     remember_run,
     schedule,
@@ -117,7 +118,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         ValueError: duplicate job ids, or two GPUs with one id.
         RuntimeError: the core placed a job that is not queued, or on GPUs that are not free.
     """
-    config = policy_config(policy)
+    config = policy_resolve(policy)
     schedule_fn = schedule_fn or schedule
     pass_usage = _accepts(schedule_fn, "usage")
     pass_promises = _accepts(schedule_fn, "promises")
@@ -293,9 +294,9 @@ def sim_nodes(nodes: int, gpus_per_node: int) -> list[NodeView]:
 
 
 def trace_request(tj: TraceJob) -> JobRequest:
-    """The scheduler's view of a trace job (no prediction yet: the replay gives it)."""
-    return JobRequest(job_id=tj.job_id, account=tj.account, submitted_at=tj.submit, gpus_per_node=tj.gpus_per_node,
-                      nodes=tj.nodes, time_limit_s=tj.time_limit_s)
+    """The scheduler's view of a trace job (no prediction yet: the replay gives it), by the live
+    cycle's builder."""
+    return job_request(tj, job_id=tj.job_id, account=tj.account, submitted_at_s=tj.submit)
 
 
 def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str | PolicyConfig = "fifo", *,

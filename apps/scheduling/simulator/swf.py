@@ -63,6 +63,14 @@ class TraceJob:
     time_limit_s: int
     run_s: float  # actual run, cut at the limit
     recorded_wait_s: float | None  # field 3, None when unknown
+    # A trace asks only for its size: any GPU model, no memory or CPU minimum, no image, no boost
+    # (the requirement columns the one JobRequest builder reads, apps.scheduling.core.requests).
+    gpu_models: tuple[str, ...] = ()
+    gpu_memory_mib: int = 0
+    cpus: int = 0
+    memory_mib: int = 0
+    needs_runtime: bool = False
+    priority_boost: int = 0
 
     @property
     def gpus_held(self) -> int:

@@ -12,7 +12,7 @@ from ..errors import Exit, usage
 from ..output import cell
 
 if TYPE_CHECKING:
-    from ..main import Ctx
+    from ..context import Ctx
 
 DEFAULT_URL = "http://127.0.0.1:8031"
 

@@ -14,7 +14,7 @@ from ..output import cell, size, state_text
 
 if TYPE_CHECKING:
     from ..client import Api
-    from ..main import Ctx
+    from ..context import Ctx
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from ..output import Out, cell, duration, size, state_text, when
 from ..specfile import SpecFile, read_spec
 
 if TYPE_CHECKING:
-    from ..main import Ctx
+    from ..context import Ctx
 
 STATES = ("queued", "rented", "running", "output", "released")
 

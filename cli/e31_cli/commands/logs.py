@@ -8,7 +8,7 @@ from ..errors import Exit
 from ..follow import follow_job, outcome_exit, write_raw
 
 if TYPE_CHECKING:
-    from ..main import Ctx
+    from ..context import Ctx
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from ..errors import Exit
 from ..output import cell, duration, when
 
 if TYPE_CHECKING:
-    from ..main import Ctx
+    from ..context import Ctx
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
 A thin shell around :func:`apps.scheduling.simulator.simulate_trace`; it reads no
 database. The policy's settings are the live site's: its defaults with any
-``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_config`).
+``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_from_settings`).
 A progress bar goes to the terminal (stderr) when ``rich`` is
 installed and stderr is a terminal.
 """
@@ -13,7 +13,7 @@ import sys
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.scheduling.adapter import policy_config
+from apps.scheduling.adapter import policy_from_settings
 from apps.scheduling.simulator import format_table, simulate_trace
 from apps.scheduling.simulator.staging import DataConfig, format_data_table, simulate_data
 
@@ -60,7 +60,7 @@ class Command(BaseCommand):
                        TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
                        ) if Progress is not None and sys.stderr.isatty() else None
         try:
-            config = policy_config(policy)
+            config = policy_from_settings(policy)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         policy = config
