@@ -4,4 +4,4 @@ Runs on each GPU host, talks to the site over HTTP+JSON only (see
 ``docs/agent-protocol.md``) and holds no credential but its node token.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

@@ -2,18 +2,29 @@
 
 Layout under ``WORKDIR/cache/``: ``objects/<key>`` holds one input each
 (read-only, mode 0444), ``index.json`` the entries (size in bytes, file
-name, sha256 when known, last use as epoch seconds). The index is written
+name, sha256 when known, last use as epoch seconds, the input's identity
+and its source with credentials shown as ``***``). The index is written
 atomically (temporary file, fsync, rename) after every change, so it
 survives an agent restart or a crash; files the index does not know (a
 download cut by a crash, the layout of an older agent) are removed at
 start.
 
-Keys (:func:`key_for`): ``sha256-<hex>`` when the spec gives a checksum;
-for other sources a hash of the URL with what the source says identifies
-its version (ETag, generation, MD5, modification time) plus its size, so
-a changed object gets a new key; ``upload:`` sources, which never change,
-by site and id. A source that reports no validator has no key and is not
-cached: what it serves may change behind the same name.
+Who may be served an entry (issue 23 item 1): an entry belongs to one input
+*identity* (:func:`e31_protocol.inputs.input_identity`: an upload with its
+owner, a URL with the credentials it was read with), and its key
+(:func:`key_for`) is a hash of that identity with the version of the bytes:
+the spec's sha256 when given, the version the source reports (ETag,
+generation, MD5, modification time) plus its size for other URLs, nothing
+more for an upload (which never changes). A job whose input has another
+identity computes another key and never finds the entry: the lookup is the
+same miss as for anything not cached, so staging time reveals nothing
+either. A spec's sha256 only checks the bytes. An input without an
+identity (an upload from a server that sent no ``input_scope``) or a
+source that reports no version is not cached.
+
+Index version 2 holds identity keys. An index of an older agent (version 1,
+keyed by the digest alone) is dropped whole at start, its files with it: no
+digest-keyed entry is reachable after an upgrade.
 
 Entries a job is staging from, or a pre-stage is filling, are *pinned*
 (:meth:`InputCache.pinned`) and never evicted; eviction takes the least
@@ -37,10 +48,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from e31_protocol.inputs import display_source, is_upload
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 50 * 1000**3  # 50 GB; ``--cache-max-bytes`` changes it
 INDEX = "index.json"
+INDEX_VERSION = 2  # 2: keys from input identities (issue 23); 1: keyed by the digest alone, dropped at start
+KEY_PREFIX = "c2-"
 IDENTITIES_MAX = 1000  # inputs named in a heartbeat (the server keeps no more)
 # fsspec ``info()`` fields that name an object's version, by backend (http, s3, gcs, local)
 VALIDATORS = ("ETag", "etag", "generation", "md5Hash", "Content-MD5", "LastModified", "updated", "mtime")
@@ -59,25 +74,34 @@ class Entry:
     name: str
     sha256: str | None
     last_used: float
-    source: str = ""  # what it was fetched from (``upload:<id>``, a URL); "" in an index of an older agent
+    source: str = ""  # what it was fetched from, credentials shown as *** (e31_protocol.inputs.display_source)
+    identity: str = ""  # e31_protocol.inputs.input_identity of the input; "" for an entry made without one
 
 
-def key_for(source: str, *, sha256: str | None, info: dict[str, Any] | None, server: str = "") -> str | None:
-    """The cache key of an input, or None when it must not be cached.
+def key_for(identity: str | None, *, source: str, sha256: str | None, info: dict[str, Any] | None,
+            server: str = "") -> str | None:
+    """The cache key of an input, ``c2-<40 hex>``, or None when it must not be cached.
 
-    ``info`` is what fsspec's ``info()`` said about the source (None when
-    not asked); ``server`` is the site URL, which scopes ``upload:`` ids.
+    ``identity`` is the input's :func:`e31_protocol.inputs.input_identity` (None: not to be
+    shared, so not cached); ``source`` its ``spec.data[i].source``; ``info`` what fsspec's
+    ``info()`` said about the source (None when not asked); ``server`` the site URL, which
+    scopes ``upload:`` ids. The version part is ``sha256=<hex>`` when the spec gives one (no
+    need to ask the source), nothing for an upload, else the source's validator and size
+    (:data:`VALIDATORS`); a URL reporting neither is not cached.
     """
+    if not identity:
+        return None
+    parts = [identity, server if is_upload(source) else ""]  # upload ids are one site's
     if sha256:
-        return f"sha256-{sha256.lower()}"
-    if source.startswith("upload:"):
-        return "upload-" + hashlib.sha256(f"{server}|{source}".encode()).hexdigest()[:40]
-    if not info or info.get("type") == "directory" or info.get("size") is None:
-        return None
-    version = next((f"{k}={info[k]}" for k in VALIDATORS if info.get(k) not in (None, "")), None)
-    if version is None:
-        return None
-    return "url-" + hashlib.sha256(f"{source}|{version}|size={info['size']}".encode()).hexdigest()[:40]
+        parts.append(f"sha256={sha256.lower()}")
+    elif not is_upload(source):
+        if not info or info.get("type") == "directory" or info.get("size") is None:
+            return None
+        validator = next((f"{k}={info[k]}" for k in VALIDATORS if info.get(k) not in (None, "")), None)
+        if validator is None:
+            return None
+        parts.append(f"{validator}|size={info['size']}")
+    return KEY_PREFIX + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:40]
 
 
 class InputCache:
@@ -136,16 +160,14 @@ class InputCache:
             return sorted((Entry(**asdict(e)) for e in self._entries.values()), key=lambda e: e.last_used)
 
     def identities(self, limit: int = IDENTITIES_MAX) -> list[str]:
-        """The inputs held, as the server names them (``apps.scheduling.core.matching.input_identity``),
-        most recently used first, at most ``limit``: ``sha256-<hex>`` of an entry whose checksum is
-        known and the source it was fetched from, when recorded; sent with each heartbeat."""
+        """The input identities held (:func:`e31_protocol.inputs.input_identity`, as the server
+        names a queued job's inputs), most recently used first, each once, at most ``limit``;
+        sent with each heartbeat (``cached_inputs``). No digest, source or account is in them."""
         out: dict[str, None] = {}
         with self._lock:
             for entry in sorted(self._entries.values(), key=lambda e: -e.last_used):
-                if entry.sha256:
-                    out[f"sha256-{entry.sha256.lower()}"] = None
-                if entry.source:
-                    out[entry.source] = None
+                if entry.identity:
+                    out[entry.identity] = None
                 if len(out) >= limit:
                     break
         return list(out)[:limit]
@@ -184,8 +206,12 @@ class InputCache:
         finally:
             lock.release()
 
-    def add(self, key: str, tmp: Path, *, name: str, sha256: str | None, source: str = "") -> Path | None:
+    def add(self, key: str, tmp: Path, *, name: str, sha256: str | None, source: str = "",
+            identity: str = "") -> Path | None:
         """Move the finished download ``tmp`` into the cache as ``key``; returns its new path.
+
+        ``identity`` is the input's identity (reported to the server), ``source`` where it came
+        from (kept with credentials shown as ``***``).
 
         Evicts least recently used unpinned entries to stay within
         ``max_bytes``. Returns None, leaving ``tmp`` where it is, when the
@@ -200,7 +226,7 @@ class InputCache:
             os.chmod(tmp, 0o444)  # the job gets copies or links; nobody writes a cached file
             os.replace(tmp, path)
             self._entries[key] = Entry(key=key, size=size, name=name, sha256=sha256, last_used=time.time(),
-                                       source=source)
+                                       source=display_source(source) if source else "", identity=identity)
             self._save()
             return path
 
@@ -235,9 +261,14 @@ class InputCache:
             (self.objects / key).unlink()
 
     def _load(self) -> dict[str, Entry]:
+        """The index's entries; none from an index of another version (its files are then swept)."""
         try:
             raw = json.loads((self.root / INDEX).read_text())
-            return {k: Entry(key=k, source=str(v.get("source") or ""),
+            if raw.get("version") != INDEX_VERSION:
+                log.warning("dropping %d cache entries of an older agent (index version %s, keyed by "
+                            "digest): they are fetched again", len(raw.get("entries") or {}), raw.get("version"))
+                return {}
+            return {k: Entry(key=k, source=str(v.get("source") or ""), identity=str(v.get("identity") or ""),
                              **{f: v[f] for f in ("size", "name", "sha256", "last_used")})
                     for k, v in raw.get("entries", {}).items()}
         except FileNotFoundError:
@@ -261,7 +292,7 @@ class InputCache:
 
     def _save(self) -> None:
         """Write the index atomically: a crash leaves the old or the new one, never half of one."""
-        data = {"version": 1, "entries": {k: {f: v for f, v in asdict(e).items() if f != "key"}
+        data = {"version": INDEX_VERSION, "entries": {k: {f: v for f, v in asdict(e).items() if f != "key"}
                                           for k, e in self._entries.items()}}
         tmp = self.root / f".{INDEX}.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w") as fh:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from e31_protocol import payloads
+from e31_protocol.inputs import input_identity
 
 
 @dataclass(frozen=True)
@@ -104,22 +105,49 @@ class HeartbeatAnswer:
 
 @dataclass(frozen=True)
 class DataItem:
-    """One input of ``spec.data``: fetched from ``source`` to ``target``."""
+    """One input of ``spec.data``: fetched from ``source`` to ``target``.
+
+    ``owner``, ``project`` and ``credentials_id`` come from the assignment's (or pre-stage
+    offer's) ``input_scope`` (protocol v4): whose input it is, for the node's cache
+    (:attr:`identity`). None from an older server: then an upload is not cached.
+    """
 
     source: str
     target: str = ""
     sha256: str | None = None
     extract: bool = False
+    owner: str | None = None
+    project: str | None = None
+    credentials_id: str | None = None
+
+    @property
+    def identity(self) -> str | None:
+        """The input's cache identity (:func:`e31_protocol.inputs.input_identity`); None: never cached."""
+        return input_identity(self.source, owner=self.owner, project=self.project,
+                              credentials_id=self.credentials_id)
 
     @classmethod
-    def from_json(cls, data: payloads.DataInput) -> DataItem:
+    def from_json(cls, data: payloads.DataInput, *, scope: payloads.InputScope | None = None,
+                  index: int = 0) -> DataItem:
+        """One ``spec.data`` item; ``scope`` the answer's ``input_scope``, ``index`` the item's place."""
         sha = data.get("sha256")
+        scope = scope if isinstance(scope, dict) else {}
+        credentials = scope.get("credentials") or []
+        credentials_id = credentials[index] if isinstance(credentials, list) and index < len(credentials) else None
         return cls(
             source=str(data["source"]),
             target=str(data.get("target") or ""),
             sha256=str(sha).lower() if sha else None,
             extract=bool(data.get("extract") or False),
+            owner=str(scope["owner"]) if scope.get("owner") else None,
+            project=str(scope["project"]) if scope.get("project") else None,
+            credentials_id=str(credentials_id) if credentials_id else None,
         )
+
+
+def data_items(data: list[payloads.DataInput] | None, scope: Any = None) -> list[DataItem]:
+    """``spec.data`` as :class:`DataItem`, each with its share of ``scope`` (``input_scope``)."""
+    return [DataItem.from_json(d, scope=scope, index=i) for i, d in enumerate(data or [])]
 
 
 @dataclass(frozen=True)
@@ -135,7 +163,8 @@ class JobSpec:
     network: str = "egress"  # work.network: "egress" or "none"
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+    def from_json(cls, data: dict[str, Any], *, input_scope: payloads.InputScope | None = None) -> JobSpec:
+        """The spec; ``input_scope``: the assignment's (see :class:`DataItem`)."""
         work = data.get("work") or {}
         output = data.get("output") or {}
         return cls(
@@ -143,7 +172,7 @@ class JobSpec:
             command=str(work["command"]),
             image=work.get("image") or None,
             env={str(k): str(v) for k, v in (work.get("env") or {}).items()},
-            data=[DataItem.from_json(d) for d in data.get("data") or []],
+            data=data_items(data.get("data"), input_scope),
             output_paths=[str(p) for p in output.get("paths") or []],
             network="none" if work.get("network") == "none" else "egress",
         )
@@ -201,7 +230,7 @@ class Assignment:
             deadline=received + float(time_limit if deadline_in is None else deadline_in),
             grace_s=grace_inside(float(data.get("grace_s", 30)), time_limit),
             env=_assignment_env(data),
-            spec=JobSpec.from_json(data["spec"]),
+            spec=JobSpec.from_json(data["spec"], input_scope=data.get("input_scope")),
             gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
             cpus=int(compute["cpus"]) if compute.get("cpus") else None,
             memory_bytes=int(float(memory_gb) * 1024**3) if memory_gb else None,
@@ -235,7 +264,7 @@ class PrestageOffer:
 
     @classmethod
     def from_json(cls, data: payloads.PrestageOffer) -> PrestageOffer:
-        return cls(job_id=int(data["job_id"]), data=[DataItem.from_json(d) for d in data.get("data") or []])
+        return cls(job_id=int(data["job_id"]), data=data_items(data.get("data"), data.get("input_scope")))
 
 
 @dataclass(frozen=True)

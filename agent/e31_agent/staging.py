@@ -8,8 +8,10 @@ fsspec; ``file://`` only under a directory the operator allowed
 (``--allow-file-root``). Archives are unpacked within the caps of
 :class:`~e31_agent.extract.ExtractLimits`. Downloads go into
 the node's :class:`~e31_agent.cache.InputCache` when the input has a key
-(its sha256, the URL with the source's version and size, or the upload
-id; see :func:`~e31_agent.cache.key_for`); a sha256 given in the spec is
+(its identity, :attr:`~e31_agent.models.DataItem.identity`, with its sha256,
+the source's version and size, or nothing more for an upload; see
+:func:`~e31_agent.cache.key_for`): only a job whose input has the same
+identity finds the entry, whatever sha256 it names. A sha256 given in the spec is
 checked on the downloaded bytes, and a size the source announced too. An
 input already in the cache is put in the job dir at once (reflink, hard
 link or copy: :func:`~e31_agent.cache.link_or_copy`) and costs no
@@ -37,6 +39,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urlparse
 
 import httpx
+from e31_protocol.inputs import display_source
 
 from .backoff import Backoff
 from .cache import FillAborted, InputCache, key_for, link_or_copy
@@ -167,7 +170,7 @@ class Stager:
             if self.client is None:
                 raise StagingError(f"{item.source}: no server to fetch uploads from")
             source = _Source(item, name=f"upload-{upload_id}")
-            source.key = key_for(item.source, sha256=item.sha256, info=None, server=server)
+            source.key = key_for(item.identity, source=item.source, sha256=item.sha256, info=None, server=server)
             self._size_from_cache(source)
             return source
         parsed = urlparse(item.source)
@@ -178,7 +181,7 @@ class Stager:
         name = posixpath.basename(parsed.path.rstrip("/")) or "download"
         source = _Source(item, name=name)
         if item.sha256:
-            source.key = key_for(item.source, sha256=item.sha256, info=None)
+            source.key = key_for(item.identity, source=item.source, sha256=item.sha256, info=None)
             if self._size_from_cache(source):
                 return source  # no need to ask a source we will not read
         try:
@@ -199,7 +202,7 @@ class Stager:
         source.is_dir = info.get("type") == "directory"
         source.size = None if source.is_dir else info.get("size")
         if source.key is None and not source.is_dir:
-            source.key = key_for(item.source, sha256=None, info=info)
+            source.key = key_for(item.identity, source=item.source, sha256=None, info=info)
             self._size_from_cache(source)
         return source
 
@@ -294,7 +297,8 @@ class Stager:
                 # it was not there a moment ago: waiting for a pre-stage to download it counts as downloading
                 return self._hit(source, sources, hit, downloaded=waited)
             tmp, name = self._fetch(source, sources)
-            kept = self.cache.add(key, tmp, name=name, sha256=source.item.sha256, source=source.item.source)
+            kept = self.cache.add(key, tmp, name=name, sha256=source.item.sha256, source=source.item.source,
+                                  identity=source.item.identity or "")
             if kept is None:
                 return tmp, name, True
             return kept, name, False
@@ -309,7 +313,7 @@ class Stager:
         else:
             self.cached += entry.size
         self.progress(self.done, self._total(sources))
-        log.info("staging %s from the cache", source.item.source)
+        log.info("staging %s from the cache", display_source(source.item.source))
         return path, entry.name or source.name, False
 
     def _fetch(self, source: _Source, sources: list[_Source]) -> tuple[Path, str]:
@@ -334,7 +338,7 @@ class Stager:
                     raise StagingAborted() from None
                 if attempt == TRIES:
                     raise StagingError(f"{item.source}: {exc}") from None
-                log.warning("staging %s failed (%s), try %d of %d", item.source, exc, attempt, TRIES)
+                log.warning("staging %s failed (%s), try %d of %d", display_source(item.source), exc, attempt, TRIES)
                 if self.should_stop():
                     raise StagingAborted() from None
                 time.sleep(backoff.next())

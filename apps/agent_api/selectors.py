@@ -11,6 +11,7 @@ from apps.agent_api.models import AgentReport
 from apps.artifacts.models import Upload
 from apps.core import clock
 from apps.core.choices import JobState
+from apps.jobs.inputs import input_scope
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
 from apps.metering.selectors import attempt_leases, leases_on, leases_open_on
 from apps.pool.models import Node
@@ -69,6 +70,8 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
             "E31_MASTER_ADDR": master,
         },
         "spec": job.spec,
+        # whose inputs these are, for the node's cache (protocol v4, e31_protocol.inputs)
+        "input_scope": input_scope(owner_id=job.owner_id, data=job.spec.get("data")),
         "output_max_bytes": settings.E31_BUNDLE_MAX_BYTES,
         # A task of a job array: the agent sets E31_ARRAY_INDEX and E31_ARRAY_SIZE from these.
         "array_index": job.array_index,

@@ -26,6 +26,7 @@ from apps.core import clock
 from apps.core.choices import JobState
 
 from . import signals
+from .inputs import input_scope
 from .models import Job, JobPrestage
 
 MESSAGE_MAX = 300
@@ -62,13 +63,20 @@ def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetim
 
 
 def prestage_offers(node) -> list[dict[str, Any]]:
-    """What ``node`` should pre-stage: ``[{"job_id", "data": [spec data items], "new": bool}]``.
+    """What ``node`` should pre-stage: ``[{"job_id", "data": [spec data items], "new": bool, "input_scope"}]``.
 
-    ``new`` marks rows not yet handed out, which end a long poll at once.
+    ``new`` marks rows not yet handed out, which end a long poll at once; ``input_scope``
+    (:func:`apps.jobs.inputs.input_scope`) says whose inputs they are, so the agent's cache keys
+    them as the job's own staging will look them up.
     """
     rows = (JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
             .select_related("job").order_by("planned_at", "job_id"))
-    return [{"job_id": p.job_id, "data": p.job.spec.get("data") or [], "new": p.offered_at is None} for p in rows]
+    offers = []
+    for p in rows:
+        data = p.job.spec.get("data") or []
+        offers.append({"job_id": p.job_id, "data": data, "new": p.offered_at is None,
+                       "input_scope": input_scope(owner_id=p.job.owner_id, data=data)})
+    return offers
 
 
 def prestage_mark_offered(node, job_ids: Iterable[int], *, now: datetime | None = None) -> None:

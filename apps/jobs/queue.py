@@ -19,10 +19,10 @@ from apps.core.choices import JobState
 from apps.metering.models import Lease, LeaseGpu
 from apps.metering.services import lease_open
 from apps.pool.models import Gpu, Node
-from apps.scheduling.core.matching import input_identity
 from apps.scheduling.ports import Hold, JobInputs, PositionChange, QueuedJob
 
 from . import signals
+from .inputs import spec_input_identities
 from .models import Job, JobEvent
 from .prestage import prestage_plan
 from .sources import is_uuid
@@ -82,13 +82,14 @@ class DatabaseJobQueue:
         return prestage_plan(reservations, now=now)
 
     def inputs(self) -> dict[int, JobInputs]:
-        """Queued jobs' ``spec.data`` as identities and bytes: an upload's size is known; another
+        """Queued jobs' ``spec.data`` as cache identities (:func:`~apps.jobs.inputs.spec_input_identities`:
+        an upload scoped by its owner, a URL by its credentials) and bytes: an upload's size is known; another
         source's is not before a node fetched it, so it counts ``E31_PRESTAGE_UNKNOWN_INPUT_BYTES``.
         Reads only the ``data`` key of the specs of queued jobs that have one."""
-        rows = [(pk, data) for pk, data in Job.objects.filter(state=JobState.QUEUED, spec__has_key="data")
-                .values_list("pk", "spec__data") if data]
+        rows = [(pk, owner_id, data) for pk, owner_id, data in Job.objects.filter(
+                state=JobState.QUEUED, spec__has_key="data").values_list("pk", "owner_id", "spec__data") if data]
         upload_ids = set()
-        for _pk, data in rows:
+        for _pk, _owner, data in rows:
             for item in data:
                 source = str(item.get("source") or "")
                 if source.startswith("upload:"):
@@ -100,13 +101,9 @@ class DatabaseJobQueue:
                      Upload.objects.filter(pk__in=valid).values_list("pk", "size_bytes")}
         unknown = settings.E31_PRESTAGE_UNKNOWN_INPUT_BYTES
         out = {}
-        for pk, data in rows:
-            keys, total = [], 0
-            for item in data:
-                source = str(item.get("source") or "")
-                keys.append(input_identity(source, item.get("sha256")))
-                total += sizes.get(source, unknown)
-            out[pk] = JobInputs(tuple(keys), total)
+        for pk, owner_id, data in rows:
+            total = sum(sizes.get(str(item.get("source") or ""), unknown) for item in data)
+            out[pk] = JobInputs(spec_input_identities(owner_id=owner_id, data=data), total)
         return out
 
     def staging_rates(self) -> dict[int, float]:

@@ -42,9 +42,10 @@ class SchedulerCycle(models.Model):
 
 class NodeCache(models.Model):
     """What one node's input cache holds, as its agent last reported (issue 14 item 5): the input
-    identities (:func:`apps.scheduling.core.matching.input_identity`) of its entries, most recently
-    used first, at most :data:`apps.scheduling.node_cache.REPORT_MAX`. An agent that reports
-    nothing (older than this field) has no row: its node gets no cache-affinity preference."""
+    identities (:func:`e31_protocol.inputs.input_identity`: opaque ``in1-<hex>``, an upload scoped by
+    its owner, a URL by its credentials; issue 23) of its entries, most recently used first, at
+    most :data:`apps.scheduling.node_cache.REPORT_MAX`. An agent that reports nothing (older than
+    this field) has no row: its node gets no cache-affinity preference."""
 
     node = models.OneToOneField("pool.Node", on_delete=models.CASCADE, related_name="input_cache")
     inputs = models.JSONField(default=list, blank=True)

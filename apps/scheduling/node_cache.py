@@ -1,9 +1,12 @@
 """The cache-affinity side of pre-staging (issue 14 item 5): what each node's input cache holds.
 
-Agents send ``cached_inputs`` (input identities, most recently used first) with each heartbeat
-(docs/agent-protocol.md); :func:`node_cache_report` keeps them in :class:`~.models.NodeCache`,
+Agents send ``cached_inputs`` (input identities, :func:`e31_protocol.inputs.input_identity`, most
+recently used first) with each heartbeat (docs/agent-protocol.md); the cycle names queued jobs'
+inputs the same way (:func:`apps.jobs.inputs.spec_input_identities`), so a node holding another
+tenant's copy of an input is not preferred for it; :func:`node_cache_report` keeps them in :class:`~.models.NodeCache`,
 writing only when they changed, and :func:`cached_inputs` gives the scheduling cycle every node's
-set. An older agent sends no such field: nothing is stored and its node is simply not preferred.
+set. An older agent sends no such field, or digests and sources (protocol v3) that match no
+identity: its node is simply not preferred.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class Hold(NamedTuple):
 class JobInputs(NamedTuple):
     """A queued job's inputs as pre-staging and cache affinity see them (issue 14 item 5)."""
 
-    identities: tuple[str, ...]  # apps.scheduling.core.matching.input_identity of each input
+    identities: tuple[str, ...]  # e31_protocol.inputs.input_identity of each input (owner-scoped uploads)
     total_bytes: int  # summed size; an input of unknown size counts E31_PRESTAGE_UNKNOWN_INPUT_BYTES
 
 

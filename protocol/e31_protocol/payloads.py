@@ -85,8 +85,8 @@ class Health(TypedDict):
 class HeartbeatRequest(TypedDict):
     running: list[AttemptRef]
     health: NotRequired[Health]
-    # input identities the node's cache holds, most recently used first, at most 1000: ``sha256-<hex>``
-    # of an entry whose checksum is known, and the source (``upload:<id>``, a URL) it was fetched from
+    # v4: the cache identities (e31_protocol.inputs.input_identity, ``in1-<hex>``) of the entries the
+    # node's cache holds, most recently used first, at most 1000 (a v3 agent sent digests and sources)
     cached_inputs: NotRequired[list[str]]
 
 
@@ -114,6 +114,20 @@ class AssignedGpu(TypedDict):
     uuid: str
 
 
+class InputScope(TypedDict):
+    """v4: whose inputs a job's are, for the node's input cache (e31_protocol.inputs).
+
+    ``owner``: the job owner's opaque tenant id (``ow1-<hex>``, a keyed hash on the server);
+    ``project``: the project's (issue 20; absent until then); ``credentials``: per ``spec.data``
+    index, the id of the credentials that input is read with (``cr1-<hex>``) or null (anonymous);
+    absent: all anonymous.
+    """
+
+    owner: str
+    project: NotRequired[str | None]
+    credentials: NotRequired[list[str | None]]
+
+
 class Assignment(TypedDict):
     job_id: int
     attempt: int
@@ -127,12 +141,14 @@ class Assignment(TypedDict):
     array_index: int | None
     array_size: int | None
     output_max_bytes: NotRequired[int]
+    input_scope: NotRequired[InputScope]  # v4 servers; without it uploads are not cached
 
 
 class PrestageOffer(TypedDict):
     job_id: int
     new: bool
     data: list[DataInput]
+    input_scope: NotRequired[InputScope]  # v4 servers
 
 
 class WorkResponse(TypedDict):

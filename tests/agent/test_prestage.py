@@ -9,6 +9,7 @@ from e31_agent.config import Workdir
 from e31_agent.models import DataItem, PrestageOffer, WorkAnswer
 from e31_agent.node_inputs import NodeInputs
 from e31_agent.prestage import Prestager
+from e31_protocol.inputs import input_identity
 
 
 class _Client:
@@ -61,7 +62,8 @@ def test_it_fills_the_cache_and_reports_done(tmp_path):
     assert done == {"job_id": 7, "state": "done", "bytes_done": 3000, "bytes_total": 3000}
     assert inputs.cache.total_bytes == 3000
     assert not any((workdir.jobs).iterdir())  # nothing in a job dir: no job there yet
-    assert (src / "a.bin").as_uri() in inputs.cache.identities()  # what the heartbeat tells the server
+    # what the heartbeat tells the server: the input's identity (e31_protocol.inputs)
+    assert input_identity((src / "a.bin").as_uri(), owner=None) in inputs.cache.identities()
 
 
 def test_a_failed_input_is_reported_with_its_reason(tmp_path):

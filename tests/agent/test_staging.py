@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from e31_agent.backoff import Backoff
-from e31_agent.cache import InputCache
+from e31_agent.cache import InputCache, key_for
 from e31_agent.client import ApiClient
 from e31_agent.models import DataItem
 from e31_agent.netguard import AddressPolicy
 from e31_agent.staging import Stager, StagingAborted, StagingError
+from e31_protocol.inputs import input_identity
 
 from .fake_server import TOKEN, FakeServer
 
@@ -86,7 +87,8 @@ def test_a_matching_checksum_stages_and_caches(dirs):
     sha = hashlib.sha256(data).hexdigest()
     url = (dirs["src"] / "train.csv").as_uri()
     _stager(dirs).stage([DataItem(source=url, sha256=sha)])
-    assert (dirs["cache"] / "objects" / f"sha256-{sha}").read_bytes() == data
+    key = key_for(input_identity(url, owner=None), source=url, sha256=sha, info=None)
+    assert (dirs["cache"] / "objects" / key).read_bytes() == data
     (dirs["src"] / "train.csv").unlink()  # the second job is served from the cache
     (dirs["job"] / "train.csv").unlink()
     _stager(dirs).stage([DataItem(source=url, sha256=sha, target="again.csv")])
@@ -209,10 +211,10 @@ def test_prefetch_fills_the_cache_and_staging_then_links_from_it(dirs):
         client = ApiClient(server.url, TOKEN, backoff=lambda: Backoff(initial_s=0.01))
         cache = InputCache(dirs["cache"])
         pre = Stager(client=client, job_dir=None, tmp_dir=dirs["tmp"], cache=cache)
-        assert pre.prefetch([DataItem(source="upload:u-9")]) == (len(payload), len(payload))
+        assert pre.prefetch([DataItem(source="upload:u-9", owner="ow1-o")]) == (len(payload), len(payload))
         assert not any(dirs["job"].iterdir())
         stager = _stager(dirs, client, cache=cache)
-        stager.stage([DataItem(source="upload:u-9", target="data/")])
+        stager.stage([DataItem(source="upload:u-9", target="data/", owner="ow1-o")])
         client.close()
         assert (stager.fetched, stager.cached) == (0, len(payload))
         assert (dirs["job"] / "data" / "frames.bin").read_bytes() == payload

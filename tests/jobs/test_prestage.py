@@ -1,6 +1,8 @@
 """Pre-staging on the planned node, staging seconds on the lease, progress on the page and API."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.files.base import ContentFile
 from rest_framework.test import APIClient
@@ -8,6 +10,7 @@ from rest_framework.test import APIClient
 from apps.agent_api.reports import agent_report
 from apps.agent_api.selectors import agent_work_for
 from apps.artifacts.services import upload_create
+from apps.jobs.inputs import owner_scope
 from apps.jobs.models import Job, JobPrestage
 from apps.jobs.prestage import prestage_mark_offered, staging_progress
 from apps.jobs.services.cancel import job_cancel
@@ -55,7 +58,8 @@ def test_a_reserved_job_is_pre_staged_on_its_planned_node(blocked, pool, upload)
     [row] = JobPrestage.objects.filter(job=waiting)
     assert row.node == node_a and row.state == "planned"
     offers = agent_work_for(node_a)["prestage"]
-    assert offers == [{"job_id": waiting.pk, "data": waiting.spec["data"], "new": True}]
+    assert offers == [{"job_id": waiting.pk, "data": waiting.spec["data"], "new": True,
+                       "input_scope": {"owner": owner_scope(waiting.owner_id)}}]  # whose inputs (issue 23)
     assert agent_work_for(node_b)["prestage"] == []
     prestage_mark_offered(node_a, [waiting.pk])
     assert agent_work_for(node_a)["prestage"][0]["new"] is False
@@ -115,6 +119,20 @@ def test_the_rows_go_once_the_job_is_rented(blocked):
     waiting.refresh_from_db()
     assert waiting.state == "rented" and not JobPrestage.objects.exists()
     assert agent_work_for(Node.objects.get(name="node-a"))["prestage"] == []
+
+
+def test_the_assignment_names_the_inputs_owner_as_the_pre_stage_did(blocked, owner, stranger):
+    """Issue 23: the agent keys its cache by the same identity at pre-stage and at staging, and another
+    account's job gets another scope (the tenant id is a keyed hash: no account id reaches the node)."""
+    running, waiting = blocked
+    node_a = Node.objects.get(name="node-a")
+    offered = agent_work_for(node_a)["prestage"][0]["input_scope"]
+    Agent(running).run()
+    schedule_cycle()
+    [assignment] = [a for a in agent_work_for(node_a)["assignments"] if a["job_id"] == waiting.pk]
+    assert assignment["input_scope"] == offered == {"owner": owner_scope(owner.pk)}
+    assert owner_scope(stranger.pk) != owner_scope(owner.pk)
+    assert re.fullmatch(r"ow1-[0-9a-f]{32}", offered["owner"]) and "user" not in offered["owner"]
 
 
 def _rented_with_input(owner, pool, upload) -> tuple[Job, Lease]:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 from django.core.files.base import ContentFile
+from e31_protocol.inputs import input_identity
 from rest_framework.test import APIClient
 
 from apps.artifacts.services import upload_create
+from apps.jobs.inputs import owner_scope, spec_input_identities
 from apps.jobs.models import JobPrestage
 from apps.jobs.services.submit import job_submit
 from apps.pool.services import node_token_issue
@@ -96,10 +98,29 @@ def test_a_bad_cache_report_is_a_400_naming_the_field(pool):
 def test_a_job_starts_on_the_node_whose_cache_holds_its_input(owner, upload):
     node_with_gpus("node-a", count=4)
     node_b = node_with_gpus("node-b", count=4)
-    _node_client("node-b").post("/api/v1/agent/heartbeat/", {"running": [], "cached_inputs": [upload.source]},
+    data = [{"source": upload.source, "target": "data/"}]
+    held = input_identity(upload.source, owner=owner_scope(owner.pk))  # as the agent names its entry
+    assert spec_input_identities(owner_id=owner.pk, data=data) == (held,)
+    _node_client("node-b").post("/api/v1/agent/heartbeat/", {"running": [], "cached_inputs": [held]},
                                 format="json")
-    job = job_submit(owner=owner, document=spec(compute={"gpus": 2, "time_limit": "10m"},
-                                                data=[{"source": upload.source, "target": "data/"}]))
+    job = job_submit(owner=owner, document=spec(compute={"gpus": 2, "time_limit": "10m"}, data=data))
     schedule_cycle()
     lease = job.leases.get()
     assert lease.node_id == node_b.pk  # by name alone node-a would win the tie
+
+
+def test_another_tenants_copy_of_an_input_draws_no_job_to_its_node(owner, stranger, upload):
+    """Issue 23 item 1: affinity follows the cache's rule. node-b holds the owner's upload and reports it,
+    also under its digest and source the way a v3 agent did; the stranger's job naming the same digest
+    and a source of its own is placed as if no node held anything (node-a, by name)."""
+    node_a = node_with_gpus("node-a", count=4)
+    node_with_gpus("node-b", count=4)
+    digest = "ab" * 32
+    held = [input_identity(upload.source, owner=owner_scope(owner.pk)), f"sha256-{digest}", upload.source,
+            "https://example.invalid/nothing.bin"]
+    _node_client("node-b").post("/api/v1/agent/heartbeat/", {"running": [], "cached_inputs": held}, format="json")
+    data = [{"source": "https://example.invalid/nothing.bin", "sha256": digest, "target": "x.bin"}]
+    assert not set(spec_input_identities(owner_id=stranger.pk, data=data)) & set(held)
+    job = job_submit(owner=stranger, document=spec(compute={"gpus": 2, "time_limit": "10m"}, data=data))
+    schedule_cycle()
+    assert job.leases.get().node_id == node_a.pk

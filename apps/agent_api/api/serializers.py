@@ -73,7 +73,8 @@ class HeartbeatSerializer(serializers.Serializer):
     running = AttemptRefSerializer(many=True, required=False, default=list)
     health = HealthSerializer(required=False)
     # issue 14 item 5: input identities the node's cache holds, most recently used first (optional:
-    # older agents send none, and their nodes just get no cache-affinity preference)
+    # older agents send none, and their nodes just get no cache-affinity preference); v4: the
+    # e31_protocol.inputs identities (in1-...), which a v3 agent's digests and sources never match
     cached_inputs = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=REPORT_MAX,
                                           required=False)
 
@@ -209,6 +210,15 @@ class AssignedGpuSerializer(serializers.Serializer):
     uuid = serializers.CharField()
 
 
+class InputScopeSerializer(serializers.Serializer):
+    """v4: whose inputs a job's are, for the node's input cache (``e31_protocol.inputs``, issue 23)."""
+
+    owner = serializers.CharField(help_text="The owner's opaque tenant id (a keyed hash, ow1-...).")
+    project = serializers.CharField(allow_null=True, required=False, help_text="Issue 20; not sent yet.")
+    credentials = serializers.ListField(child=serializers.CharField(allow_null=True), required=False,
+                                        help_text="Per spec.data index: credentials id (cr1-...) or null.")
+
+
 class AssignmentSerializer(serializers.Serializer):
     job_id = serializers.IntegerField()
     attempt = serializers.IntegerField()
@@ -222,6 +232,7 @@ class AssignmentSerializer(serializers.Serializer):
     output_max_bytes = serializers.IntegerField()
     array_index = serializers.IntegerField(allow_null=True)
     array_size = serializers.IntegerField(allow_null=True)
+    input_scope = InputScopeSerializer(required=False)
 
 
 class DataInputSerializer(serializers.Serializer):
@@ -235,6 +246,7 @@ class PrestageOfferSerializer(serializers.Serializer):
     job_id = serializers.IntegerField()
     new = serializers.BooleanField()
     data = DataInputSerializer(many=True)
+    input_scope = InputScopeSerializer(required=False)
 
 
 class WorkAnswerSerializer(serializers.Serializer):

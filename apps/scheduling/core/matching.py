@@ -52,16 +52,11 @@ def describe_request(job: JobRequest) -> str:
     return f"{what} {where}"
 
 
-def input_identity(source: str, sha256: str | None = None) -> str:
-    """What names one input for cache affinity, on the server and in the agent's cache report:
-    ``sha256-<hex>`` (lower case) when the spec gives a checksum, else the source as written
-    (``upload:12``, ``https://...``). The agent reports both for an entry when it knows both."""
-    return f"sha256-{sha256.lower()}" if sha256 else source
-
-
 def cache_affinity(job: JobRequest, node: NodeView) -> int:
     """How many of ``job``'s inputs ``node``'s cache already holds (0 when the job has none or the
-    node reported nothing). A tie-break only: among equally good placements the core prefers the
+    node reported nothing). Both sides are input identities (``e31_protocol.inputs.input_identity``:
+    an upload scoped by its owner, a URL by its credentials), so a node holding another tenant's
+    copy of the same bytes counts nothing. A tie-break only: among equally good placements the core prefers the
     node with the higher count, so a job starts where its data already is (issue 14 item 5)."""
     if not job.inputs or not node.cached:
         return 0

@@ -25,7 +25,7 @@ class JobRequest:
     needs_runtime: bool = False
     priority_boost: int = 0
     predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
-    inputs: tuple[str, ...] = ()  # identities of its inputs (see matching.input_identity), for cache affinity
+    inputs: tuple[str, ...] = ()  # e31_protocol.inputs identities of its inputs, for cache affinity
     input_bytes: int = 0  # summed size of its inputs, bytes (for the pre-stage horizon)
 
 
