@@ -52,6 +52,7 @@ PAIRS: list[tuple[type[serializers.Serializer], type, str]] = [
     (s.AssignedGpuSerializer, p.AssignedGpu, "out"),
     (s.AssignmentSerializer, p.Assignment, "out"),
     (s.DataInputSerializer, p.DataInput, "out"),
+    (s.InputScopeSerializer, p.InputScope, "out"),
     (s.PrestageOfferSerializer, p.PrestageOffer, "out"),
     (s.WorkAnswerSerializer, p.WorkResponse, "out"),
     (s.ReportAnswerSerializer, p.ReportResponse, "out"),
