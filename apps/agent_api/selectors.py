@@ -12,6 +12,7 @@ from apps.agent_api.models import AgentReport
 from apps.artifacts.models import Upload
 from apps.core.choices import JobState
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
+from apps.jobs.secret_refs import job_secrets_open
 from apps.metering.models import Lease
 from apps.pool.models import Node
 
@@ -55,7 +56,18 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
     ranks = list(Lease.objects.filter(job=job, attempt=lease.attempt).select_related("node").order_by("node_rank"))
     master = ranks[0].node.hostname or ranks[0].node.name
     deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
-    return {
+    # Issue 23: the values of the secrets the spec names go to this node only, because it holds
+    # this attempt (the caller's lease); nothing else the server sends or shows carries them.
+    env_secrets, credentials, missing = job_secrets_open(owner_id=job.owner_id, spec=job.spec)
+    extra: dict[str, Any] = {}
+    if env_secrets:
+        extra["secrets"] = env_secrets
+    if credentials:
+        extra["credentials"] = credentials
+    if missing:  # deleted since the submit: the agent fails the attempt at its start, unbilled
+        extra["start_refused"] = (f"secret{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                                  f"{'were' if len(missing) > 1 else 'was'} deleted before the job started")
+    return extra | {
         "job_id": job.pk,
         "attempt": lease.attempt,
         "lease_id": lease.pk,

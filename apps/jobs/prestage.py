@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from e31_protocol.redact import redact_text
 
 from apps.core.choices import JobState
 
@@ -68,7 +69,10 @@ def prestage_offers(node) -> list[dict[str, Any]]:
     """
     rows = (JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
             .select_related("job").order_by("planned_at", "job_id"))
-    return [{"job_id": p.job_id, "data": p.job.spec.get("data") or [], "new": p.offered_at is None} for p in rows]
+    # An input read with the owner's credentials is not pre-staged: a secret reaches only a node
+    # holding the job's attempt (issue 23), never one that merely plans to.
+    return [{"job_id": p.job_id, "data": [d for d in p.job.spec.get("data") or [] if not d.get("credentials")],
+             "new": p.offered_at is None} for p in rows]
 
 
 def prestage_mark_offered(node, job_ids: Iterable[int], *, now: datetime | None = None) -> None:
@@ -99,7 +103,7 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
             row.state = item.get("state") or JobPrestage.State.FETCHING
             row.bytes_done = max(0, int(item.get("bytes_done") or 0))
             row.bytes_total = item.get("bytes_total")
-            row.message = str(item.get("message") or "")[:MESSAGE_MAX]
+            row.message = redact_text(str(item.get("message") or ""))[:MESSAGE_MAX]
             row.updated_at = now
             row.offered_at = row.offered_at or now
             row.save(update_fields=["state", "bytes_done", "bytes_total", "message", "updated_at", "offered_at"])

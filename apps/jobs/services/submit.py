@@ -16,7 +16,8 @@ from apps.core.choices import JobState
 from apps.jobs import signals
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.retention import uploads_lock
-from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
+from apps.jobs.secret_refs import secret_ref_errors
+from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns, spec_document
 from apps.jobs.spend import spend_limit_enforce
 from apps.pool import signals as pool_signals
 from apps.scheduling.adapter import job_request, pool_refusal
@@ -47,6 +48,7 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
                 errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
         elif item.source.startswith("file://") and not _file_allowed(item.source):
             errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
+    errors.update(secret_ref_errors(spec, owner_id=owner.pk))
     if not errors:
         request = job_request(unsaved_job(spec, owner))
         refusal = pool_refusal(request)
@@ -73,7 +75,7 @@ def _file_allowed(url: str) -> bool:
 def unsaved_job(spec: JobSpec, owner: AbstractBaseUser) -> Job:
     """A :class:`Job` built from a validated ``spec`` with its scheduling columns, not saved
     (a submit saves it; :func:`spec_validate` and an array's submit use it as it is)."""
-    document = spec.model_dump(mode="json")
+    document = spec_document(spec)
     return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
                time_limit_s=spec.compute.time_limit_s, submitted_at=timezone.now(), **requirement_columns(document))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from e31_protocol.redact import redact_value
 
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
@@ -476,7 +477,11 @@ def edit_job_form(*, owner: Any, job: Job) -> tuple[JobForm, list[str]]:
         if names.count(upload.name) == 1:  # two files of one name: keep the ids, both still resolve
             for item in items.get(str(upload.pk), []):
                 item["source"] = f"upload:{upload.name}"
-    form = JobForm(owner=owner, initial={"spec_text": spec_to_yaml(document)})
+    shown = redact_value(document)  # a URL's userinfo and signature are never filled back in (issue 23)
+    if shown != document:
+        warnings.append("Credentials in a URL are shown as ***: type them again, or better, keep them in a "
+                        "secret named by data[i].credentials.")
+    form = JobForm(owner=owner, initial={"spec_text": spec_to_yaml(shown)})
     form.kept = kept
     return form, warnings
 
