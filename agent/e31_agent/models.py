@@ -16,6 +16,8 @@ from typing import Any
 
 from e31_protocol import payloads
 
+SECRET_FIELDS = ("secrets", "credentials")  # assignment fields that hold secret values (never stored)
+
 
 @dataclass(frozen=True)
 class JobRef:
@@ -110,6 +112,7 @@ class DataItem:
     target: str = ""
     sha256: str | None = None
     extract: bool = False
+    credentials: str | None = None  # the name of the secret with this source's storage options
 
     @classmethod
     def from_json(cls, data: payloads.DataInput) -> DataItem:
@@ -119,6 +122,7 @@ class DataItem:
             target=str(data.get("target") or ""),
             sha256=str(sha).lower() if sha else None,
             extract=bool(data.get("extract") or False),
+            credentials=str(data["credentials"]) if data.get("credentials") else None,
         )
 
 
@@ -174,6 +178,10 @@ class Assignment:
     memory_bytes: int | None = None  # spec.compute.memory_gb in bytes: the job's memory cap
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as received
     output_max_bytes: int | None = None  # the site's cap on the bundle's files, bytes
+    # Issue 23: secret values, in memory only: never in ``raw`` (which goes to the state dir), never repr'd
+    secrets: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # work.secrets
+    credentials: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # name -> options JSON
+    start_refused: str | None = None  # the server says the attempt cannot start (a secret was deleted)
 
     @property
     def ref(self) -> JobRef:
@@ -205,8 +213,11 @@ class Assignment:
             gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
             cpus=int(compute["cpus"]) if compute.get("cpus") else None,
             memory_bytes=int(float(memory_gb) * 1024**3) if memory_gb else None,
-            raw=dict(data),
+            raw={k: v for k, v in data.items() if k not in SECRET_FIELDS},
             output_max_bytes=int(data["output_max_bytes"]) if data.get("output_max_bytes") else None,
+            secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
+            credentials={str(k): str(v) for k, v in (data.get("credentials") or {}).items()},
+            start_refused=str(data["start_refused"]) if data.get("start_refused") else None,
         )
 
 

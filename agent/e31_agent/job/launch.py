@@ -39,6 +39,10 @@ def start_process(run: JobRun, job_dir: Path) -> JobProcess:
         gpus=pinned,
         marker=marker,
     )
+    # work.secrets: their names reach the runtime (-e NAME), their values only the shim's pipe; one that
+    # would replace a variable the agent sets (E31_JOB_ID, the marker...) is left out
+    secret_names = {k for k in a.secrets if k not in env}
+    env.update({k: a.secrets[k] for k in secret_names})
     if a.spec.image:
         launch = container.wrap(
             image=a.spec.image,
@@ -56,6 +60,7 @@ def start_process(run: JobRun, job_dir: Path) -> JobProcess:
     else:
         launch = container.plain(a.spec.command)
     env.update(launch.env)
+    secret_env = {k: env.pop(k) for k in list(env) if k.removeprefix("APPTAINERENV_") in secret_names}
     limits = job_limits(a, run.limits, run.job_user, cgroup=run_cgroup(run))
     if run.sandbox is not None:
         nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if run.real_gpus and a.gpu_indices else []
@@ -69,6 +74,7 @@ def start_process(run: JobRun, job_dir: Path) -> JobProcess:
         run_dir=run.state.path,
         teardown=launch.teardown,
         limits=limits,
+        secret_env=secret_env,
     )
 
 

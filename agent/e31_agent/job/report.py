@@ -42,7 +42,7 @@ def report_end(
         Dropped: the attempt was dropped meanwhile.
     """
     run.phase = AgentPhase.OUTPUT
-    if not exited_queued:
+    if not exited_queued and elapsed_s is None:  # given: a start refused before anything ran (0 s)
         elapsed_s = run.state.elapsed_s()
     packs = with_outputs and bool(run.assignment.spec.output_paths)
     if not packs:

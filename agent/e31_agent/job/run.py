@@ -190,6 +190,11 @@ class JobRun:
         if self.predecessor is not None:
             self.predecessor.drop()
             self.predecessor.join(a.grace_s + 30)
+        if a.start_refused:  # a secret the spec names is gone: fail at the start, nothing billed (0 s)
+            log.warning("%s: did not start: %s", self.ref, a.start_refused)
+            report_end(self, exit_code=None, reason=ExitReason.START_FAILED, message=a.start_refused,
+                       with_outputs=False, elapsed_s=0.0)
+            return
         if a.spec.data:  # with nothing to stage, "running" says "accepted" too (folded)
             self.reporter.send(ReportType.ACCEPTED)
         log.info("%s: accepted (%s)", self.ref, a.spec.name)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from e31_protocol import ExitReason, ReportType
+from e31_protocol.redact import redact_text
 
 from .. import node_inputs
 from ..client import Aborted
@@ -58,6 +59,7 @@ def stage_inputs(run: JobRun, job_dir: Path) -> tuple[ExitReason, str] | None:
         hardlink_ok=inputs.hardlink_ok and not run.assignment.spec.image,  # a container may run as root
         should_stop=lambda: run.stop_reason() is not None,
         progress=progress,
+        credentials=run.assignment.credentials,
     )
     try:
         done = stager.stage(run.assignment.spec.data)
@@ -66,13 +68,14 @@ def stage_inputs(run: JobRun, job_dir: Path) -> tuple[ExitReason, str] | None:
         reason = run.stop_reason() or ExitReason.CANCELLED
         return reason, f"stopped while staging inputs ({reason})"
     except StagingError as exc:
-        log.warning("%s: staging failed: %s", run.ref, exc)
-        return ExitReason.STAGING_FAILED, str(exc)
+        message = redact_text(str(exc))  # a URL's userinfo or signature never reaches a log or the server
+        log.warning("%s: staging failed: %s", run.ref, message)
+        return ExitReason.STAGING_FAILED, message
     except Aborted:
         raise Dropped() from None
     except Exception as exc:  # an unforeseen fetch error is still the input's fault
-        log.exception("%s: staging failed", run.ref)
-        return ExitReason.STAGING_FAILED, f"{type(exc).__name__}: {exc}"
+        log.error("%s: staging failed: %s", run.ref, redact_text(f"{type(exc).__name__}: {exc}"))
+        return ExitReason.STAGING_FAILED, redact_text(f"{type(exc).__name__}: {exc}")
     report(done, done)
     log.info("%s: staged %d bytes (%d downloaded, %d from the cache)", run.ref, done,
              stager.fetched, stager.cached)
