@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from . import __version__
 from .client import Api
-from .commands import auth, get, jobs, logs, usage
+from .commands import auth, get, jobs, logs, secrets, usage
 from .config import Settings, require, resolve
 from .errors import CliError, Exit
 from .output import Out
@@ -70,7 +70,7 @@ def build_parser() -> Parser:
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for module in (auth, jobs, logs, get, usage):
+    for module in (auth, jobs, logs, get, usage, secrets):
         module.register(sub, common)
     return parser
 
