@@ -1,8 +1,7 @@
-"""Secrets tests: each test's key file lives in its own tmp dir (never the checkout's var/)."""
+"""Secrets tests: the key from the key file (tests/conftest.py puts it in the test's tmp dir)."""
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def _secrets_key_in_tmp(settings, tmp_path):
+def _secrets_key_from_the_file(settings):
     settings.E31_SECRETS_KEY = ""
-    settings.E31_SECRETS_KEY_FILE = tmp_path / "secrets_key"

@@ -63,5 +63,10 @@ def test_a_stranger_neither_sees_nor_deletes_anothers_secret(api, stranger_api):
     assert [s["name"] for s in api.get("/api/v1/secrets/").json()["results"]] == ["HF_TOKEN"]
 
 
+@pytest.mark.parametrize("name", ["%00", "a%20b", "x" * 300])
+def test_deleting_a_malformed_name_is_a_404_not_a_500(api, name):
+    assert api.delete(f"/api/v1/secrets/{name}/").status_code == 404
+
+
 def test_anonymous_callers_are_refused(client):
     assert client.get("/api/v1/secrets/").status_code in (401, 403)

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.secrets.models import Secret
-from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_set
+from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_name_problem, secret_set
 
 
 class SecretOut(serializers.Serializer):
@@ -24,7 +24,7 @@ def secret_out(secret: Secret) -> dict:
 
 
 class SecretListView(APIView):
-    @extend_schema(responses=SecretOut(many=True))
+    @extend_schema(responses=inline_serializer("SecretList", {"results": SecretOut(many=True)}))
     def get(self, request):
         return Response({"results": SecretOut([secret_out(s) for s in secret_list(owner=request.user)],
                                               many=True).data})
@@ -46,6 +46,6 @@ class SecretListView(APIView):
 class SecretDetailView(APIView):
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):
-        if not secret_delete(owner=request.user, name=name):
+        if secret_name_problem(name) or not secret_delete(owner=request.user, name=name):
             raise NotFound("You have no secret of that name.")
         return Response(status=204)

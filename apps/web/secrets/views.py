@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.secrets.models import VALUE_MAX_BYTES
-from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_set
+from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_name_problem, secret_set
 
 
 class SecretForm(forms.Form):
@@ -51,7 +51,7 @@ def secrets_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     """Delete my secret ``name`` (a job that names it and has not started fails at its start)."""
-    if secret_delete(owner=request.user, name=name):
+    if not secret_name_problem(name) and secret_delete(owner=request.user, name=name):
         messages.success(request, f"Secret {name} deleted.")
     else:
         messages.error(request, "You have no secret of that name.")
