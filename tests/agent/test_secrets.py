@@ -95,3 +95,22 @@ def test_secret_names_reach_a_container_by_name_only(tmp_path):
     assert "HF_TOKEN" in launch.argv and not any(HF in a for a in launch.argv)
     assert os.environ.get("HF_TOKEN") != HF
 
+
+
+def test_storage_options_anonymous_by_default_credentials_when_named_node_identity_when_allowed():
+    from e31_agent.credentials import credentials_id, storage_options
+
+    assert storage_options("s3://b/k", None, prefixes=()) == {"anon": True}
+    assert storage_options("gs://b/k", None, prefixes=()) == {"token": "anon"}
+    assert storage_options("s3://open/k", None, prefixes=("s3://open",)) == {}
+    assert storage_options("s3://open-not/k", None, prefixes=("s3://open",)) == {"anon": True}
+    creds = '{"key": "k", "secret": "s", "endpoint_url": "http://e", "region_name": "eu-west-1"}'
+    assert storage_options("s3://b/k", creds, prefixes=()) == {
+        "key": "k", "secret": "s", "endpoint_url": "http://e", "client_kwargs": {"region_name": "eu-west-1"},
+        "anon": False}
+    sa = '{"type": "service_account", "private_key": "pk", "client_email": "a@b"}'
+    assert storage_options("gs://b/k", sa, prefixes=())["token"]["client_email"] == "a@b"
+    assert storage_options("https://h/k", None) == {}
+    assert credentials_id(creds) == credentials_id(creds) != credentials_id(sa)
+    assert len(credentials_id(creds)) == 64
+    assert credentials_id(None) is None
