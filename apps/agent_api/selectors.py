@@ -58,15 +58,14 @@ def _assignment(lease: Lease, now: datetime) -> dict[str, Any]:
     deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
     # Issue 23: the values of the secrets the spec names go to this node only, because it holds
     # this attempt (the caller's lease); nothing else the server sends or shows carries them.
-    env_secrets, credentials, missing = job_secrets_open(owner_id=job.owner_id, spec=job.spec)
+    env_secrets, credentials, refused = job_secrets_open(owner_id=job.owner_id, spec=job.spec)
     extra: dict[str, Any] = {}
     if env_secrets:
         extra["secrets"] = env_secrets
     if credentials:
         extra["credentials"] = credentials
-    if missing:  # deleted since the submit: the agent fails the attempt at its start, unbilled
-        extra["start_refused"] = (f"secret{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                                  f"{'were' if len(missing) > 1 else 'was'} deleted before the job started")
+    if refused:  # deleted since the submit: the agent fails the attempt at its start, unbilled
+        extra["start_refused"] = refused
     return extra | {
         "job_id": job.pk,
         "attempt": lease.attempt,

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from apps.secrets.crypto import SecretsKeyError
 from apps.secrets.services import secret_names_known, secret_values
 
 from .spec import JobSpec
@@ -65,12 +66,19 @@ def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
             errors[f"work.secrets[{index}]"] = [f"You have no secret named {name}: set it first "
                                                 "(Settings, Secrets; or `e31 secret set`)."]
     wanted = {item.credentials for item in spec.data if item.credentials in known}
-    values = secret_values(owner_id=owner_id, names=wanted) if wanted else {}
+    try:
+        values = secret_values(owner_id=owner_id, names=wanted) if wanted else {}
+    except SecretsKeyError:
+        values = {}  # the site's key was replaced: each such secret must be set again
     for index, item in enumerate(spec.data):
         if not item.credentials:
             continue
         if item.credentials not in known:
             errors[f"data[{index}].credentials"] = [f"You have no secret named {item.credentials}: set it first."]
+            continue
+        if item.credentials not in values:
+            errors[f"data[{index}].credentials"] = [f"Secret {item.credentials} cannot be opened (the site's "
+                                                    "secrets key changed): set it again."]
             continue
         problem = credentials_problem(item.source, values[item.credentials])
         if problem:
@@ -89,16 +97,25 @@ def spec_secret_names(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return env_names, cred_names
 
 
-def job_secrets_open(*, owner_id: int, spec: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """The values a job's attempt is started with: ``(env secrets, credentials secrets, missing names)``.
+def job_secrets_open(*, owner_id: int, spec: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """The values a job's attempt is started with: ``(env secrets, credentials secrets, refused)``.
 
-    ``missing``: names the owner no longer has (deleted since the submit); the attempt then fails at
-    its start, unbilled, naming them (the agent reports ``start_failed`` at once).
+    ``refused``: why the attempt cannot start, or None: a secret the owner no longer has (deleted
+    since the submit: "secret HF_TOKEN was deleted before the job started"), or one no key opens (the
+    site's secrets key was replaced). The attempt then fails at its start, unbilled, with that reason
+    (the agent reports ``start_failed`` at once).
     """
     env_names, cred_names = spec_secret_names(spec)
     if not env_names and not cred_names:
-        return {}, {}, []
-    values = secret_values(owner_id=owner_id, names=[*env_names, *cred_names])
-    missing = [n for n in dict.fromkeys([*env_names, *cred_names]) if n not in values]
-    return ({n: values[n] for n in env_names if n in values},
-            {n: values[n] for n in cred_names if n in values}, missing)
+        return {}, {}, None
+    names = list(dict.fromkeys([*env_names, *cred_names]))
+    try:
+        values = secret_values(owner_id=owner_id, names=names)
+    except SecretsKeyError:  # the node's poll goes on; this attempt cannot start
+        return {}, {}, (f"secret{'s' if len(names) > 1 else ''} {', '.join(names)} cannot be opened "
+                        "(the site's secrets key changed): set them again")
+    missing = [n for n in names if n not in values]
+    if missing:
+        return {}, {}, (f"secret{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                        f"{'were' if len(missing) > 1 else 'was'} deleted before the job started")
+    return {n: values[n] for n in env_names}, {n: values[n] for n in cred_names}, None

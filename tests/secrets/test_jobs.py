@@ -177,3 +177,25 @@ def test_the_admin_shows_names_and_stars(client, owner, pool, django_user_model)
         assert resp.status_code == 200, page
         html = resp.content.decode()
         assert HF not in html and "pa55w0rd-XYZ" not in html, page
+
+
+def test_a_secret_no_key_opens_fails_the_start_and_the_nodes_poll_goes_on(owner, pool, settings):
+    from cryptography.fernet import Fernet
+
+    _secret(owner, "HF_TOKEN", HF)
+    job = placed(queued_job(owner, work=_work(secrets=["HF_TOKEN"])))
+    plain = placed(queued_job(owner))
+    settings.E31_SECRETS_KEY = Fernet.generate_key().decode()  # the key was replaced, not rotated
+    holders = {Lease.objects.get(job=j).node for j in (job, plain)}
+    assignments = {a["job_id"]: a for node in holders for a in agent_work_for(node)["assignments"]}
+    assert "cannot be opened" in assignments[job.pk]["start_refused"] and "secrets" not in assignments[job.pk]
+    assert "start_refused" not in assignments[plain.pk]
+
+
+def test_credentials_no_key_opens_are_a_400_at_submit(api, owner, pool, settings):
+    from cryptography.fernet import Fernet
+
+    _secret(owner, "BUCKET", S3_CREDS)
+    settings.E31_SECRETS_KEY = Fernet.generate_key().decode()
+    resp = api.post("/api/v1/jobs/", spec(data=[{"source": "s3://b/a.bin", "credentials": "BUCKET"}]), format="json")
+    assert resp.status_code == 400 and "cannot be opened" in resp.json()["data[0].credentials"][0]
