@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "apps.artifacts",
     "apps.notices",
     "apps.tokens",
+    "apps.secrets",
     "apps.agent_api",
     "apps.live",
     "apps.web",
@@ -397,6 +398,10 @@ E31_RETENTION_DAYS_MAX = env_int("E31_RETENTION_DAYS_MAX", 30)
 # this many days after it was uploaded; agent reports of released jobs after this many days.
 E31_UPLOAD_GRACE_DAYS = env_int("E31_UPLOAD_GRACE_DAYS", 2)
 E31_AGENT_REPORTS_KEEP_DAYS = env_int("E31_AGENT_REPORTS_KEEP_DAYS", 30)
+# Secrets (issue 23, apps/secrets/crypto.py): Fernet keys, comma-separated, the first encrypts; unset,
+# the key file below, generated on first use (not here: importing the settings writes nothing more).
+E31_SECRETS_KEY = env_str("E31_SECRETS_KEY", "")
+E31_SECRETS_KEY_FILE = Path(env_str("E31_SECRETS_KEY_FILE", str(VAR_DIR / "secrets_key")))
 # Directories a spec may read with file:// (empty: file:// refused).
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 # Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).

@@ -12,12 +12,14 @@ from apps.artifacts.api import urls as artifacts_api_urls
 from apps.jobs.api import urls as jobs_api_urls
 from apps.metering.api import urls as metering_api_urls
 from apps.pool.api import urls as pool_api_urls
+from apps.secrets.api import urls as secrets_api_urls
 
 api_v1 = [
     *jobs_api_urls.urlpatterns,
     *metering_api_urls.urlpatterns,
     *pool_api_urls.urlpatterns,
     *artifacts_api_urls.urlpatterns,
+    *secrets_api_urls.urlpatterns,
     *agent_api_urls.urlpatterns,
 ]
 
@@ -29,6 +31,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("", include("apps.web.jobs.urls")),
     path("usage/", include("apps.web.metering.urls")),
+    path("account/secrets/", include("apps.web.secrets.urls")),
     path("account/", include("apps.web.metering.account_urls")),
     path("pool/", include("apps.web.pool.urls")),
     path("notices/", include("apps.web.notices.urls")),

@@ -39,8 +39,9 @@ def cycles():
 
 @pytest.fixture(autouse=True)
 def _media_in_tmp(settings, tmp_path):
-    """Uploads and bundles written by a test stay in its own directory."""
+    """Uploads and bundles written by a test stay in its own directory, and so does the secrets key."""
     settings.MEDIA_ROOT = str(tmp_path / "media")
+    settings.E31_SECRETS_KEY_FILE = tmp_path / "secrets_key"
 
 
 @pytest.fixture

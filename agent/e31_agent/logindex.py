@@ -18,8 +18,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .redactor import Redactor
 
 STREAMS = {"o": "stdout", "e": "stderr"}
 READ_BYTES = 64 * 1024
@@ -62,10 +65,15 @@ def parse_index(text: bytes) -> tuple[list[Segment], int]:
 
 
 class StreamCopier:
-    """Copies a command's stdout and stderr pipes to ``log_path`` and its index (shim side)."""
+    """Copies a command's stdout and stderr pipes to ``log_path`` and its index (shim side).
 
-    def __init__(self, log_path: Path | str) -> None:
+    ``secrets`` (``{name: value}``): each value of 6 characters or more is written as
+    ``[secret NAME]`` (:class:`~e31_agent.redactor.Redactor`, one per stream), so it never reaches the file.
+    """
+
+    def __init__(self, log_path: Path | str, *, secrets: Mapping[str, str] | None = None) -> None:
         self.log_path = Path(log_path)
+        self._secrets = dict(secrets or {})
         self._lock = threading.Lock()
         self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
         self._index = open(index_path(self.log_path), "ab", buffering=0)  # noqa: SIM115
@@ -86,6 +94,7 @@ class StreamCopier:
             self._threads.append(thread)
 
     def _copy(self, fd: int, code: str) -> None:
+        redactor = Redactor(self._secrets)
         try:
             while True:
                 try:
@@ -96,8 +105,13 @@ class StreamCopier:
                     return
                 if not data:
                     return
-                self.write(data, code)
+                data = redactor.feed(data)
+                if data:
+                    self.write(data, code)
         finally:
+            rest = redactor.flush()
+            if rest:
+                self.write(rest, code)
             os.close(fd)
 
     def write(self, data: bytes, code: str) -> None:

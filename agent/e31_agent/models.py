@@ -17,6 +17,8 @@ from typing import Any
 from e31_protocol import payloads
 from e31_protocol.inputs import input_identity
 
+SECRET_FIELDS = ("secrets", "credentials")  # assignment fields that hold secret values (never stored)
+
 
 @dataclass(frozen=True)
 class JobRef:
@@ -119,10 +121,15 @@ class DataItem:
     owner: str | None = None
     project: str | None = None
     credentials_id: str | None = None
+    credentials: str | None = None  # the name of the secret with this source's storage options
 
     @property
     def identity(self) -> str | None:
-        """The input's cache identity (:func:`e31_protocol.inputs.input_identity`); None: never cached."""
+        """The input's cache identity (:func:`e31_protocol.inputs.input_identity`); None: never cached.
+        An input read with named credentials and no credentials id from the server is never cached:
+        under the anonymous identity another tenant's anonymous read would find its bytes."""
+        if self.credentials and not self.credentials_id:
+            return None
         return input_identity(self.source, owner=self.owner, project=self.project,
                               credentials_id=self.credentials_id)
 
@@ -142,6 +149,7 @@ class DataItem:
             owner=str(scope["owner"]) if scope.get("owner") else None,
             project=str(scope["project"]) if scope.get("project") else None,
             credentials_id=str(credentials_id) if credentials_id else None,
+            credentials=str(data["credentials"]) if data.get("credentials") else None,
         )
 
 
@@ -203,6 +211,10 @@ class Assignment:
     memory_bytes: int | None = None  # spec.compute.memory_gb in bytes: the job's memory cap
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as received
     output_max_bytes: int | None = None  # the site's cap on the bundle's files, bytes
+    # Issue 23: secret values, in memory only: never in ``raw`` (which goes to the state dir), never repr'd
+    secrets: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # work.secrets
+    credentials: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # name -> options JSON
+    start_refused: str | None = None  # the server says the attempt cannot start (a secret was deleted)
 
     @property
     def ref(self) -> JobRef:
@@ -234,8 +246,11 @@ class Assignment:
             gpu_uuids=[str(g.get("uuid") or "") for g in data.get("gpus") or []],
             cpus=int(compute["cpus"]) if compute.get("cpus") else None,
             memory_bytes=int(float(memory_gb) * 1024**3) if memory_gb else None,
-            raw=dict(data),
+            raw={k: v for k, v in data.items() if k not in SECRET_FIELDS},
             output_max_bytes=int(data["output_max_bytes"]) if data.get("output_max_bytes") else None,
+            secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
+            credentials={str(k): str(v) for k, v in (data.get("credentials") or {}).items()},
+            start_refused=str(data["start_refused"]) if data.get("start_refused") else None,
         )
 
 

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from e31_protocol import MESSAGE_MAX, PrestageState, payloads
+from e31_protocol.redact import redact_text
 
 from . import node_inputs
 from .client import Aborted, ApiClient
@@ -86,8 +87,8 @@ class Prestager:
                 ended = self._prestage(job_id, items)
             except Aborted:
                 return
-            except Exception:
-                log.exception("pre-staging job %s failed", job_id)
+            except Exception as exc:  # no traceback: its frames may quote a URL with credentials
+                log.error("pre-staging job %s failed: %s", job_id, redact_text(f"{type(exc).__name__}: {exc}"))
             finally:
                 self.current = None
             with self._cond:
@@ -124,8 +125,9 @@ class Prestager:
             log.info("pre-staging job %s stopped: no longer planned here", job_id)
             return False
         except StagingError as exc:
-            log.warning("pre-staging job %s failed: %s", job_id, exc)
-            self._report(job_id, PrestageState.FAILED, stager.done, stager.total, message=str(exc))
+            message = redact_text(str(exc))  # a URL's userinfo or signature never reaches a log (issue 23)
+            log.warning("pre-staging job %s failed: %s", job_id, message)
+            self._report(job_id, PrestageState.FAILED, stager.done, stager.total, message=message)
             return True
         log.info("pre-staged job %s: %d bytes in the cache", job_id, done)
         self._report(job_id, PrestageState.DONE, done, total)

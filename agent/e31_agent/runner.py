@@ -11,6 +11,7 @@ group, or carries ``E31_RUN_MARKER`` in its environment.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -180,6 +181,7 @@ class JobProcess:
         teardown: Sequence[str] | None = None,
         limits: dict[str, Any] | None = None,
         start_timeout_s: float = 60.0,
+        secret_env: dict[str, str] | None = None,
     ) -> JobProcess:
         """Start ``argv`` (usually ``/bin/sh -c COMMAND``) under a new shim.
 
@@ -189,12 +191,17 @@ class JobProcess:
         when the shim cannot start the command within ``start_timeout_s`` (60 s: a shim that exits
         fails at once; the wait only covers a slow start, e.g. the sandbox's set-up on a loaded
         host, which at 15 s once failed a job "did not start: no word" in a full CI run).
+        ``secret_env``: variables whose values are secrets (issue 23): never written to
+        ``launch.json`` nor put on a command line; they go to the shim through a pipe on its
+        standard input, and the shim redacts them from the log.
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name in ("child.json", "exit.json"):
             (run_dir / name).unlink(missing_ok=True)
         launch = {"argv": list(argv), "cwd": str(cwd), "env": env, "log_path": str(log_path), **(limits or {})}
+        if secret_env:
+            launch["secrets_on_stdin"] = True
         write_json(run_dir / "launch.json", launch)
         package_root = str(Path(__file__).resolve().parent.parent)
         with open(run_dir / "shim.log", "ab") as shim_log:
@@ -202,12 +209,19 @@ class JobProcess:
                 [sys.executable, "-m", "e31_agent.shim", str(run_dir)],
                 cwd=run_dir,
                 env={"PATH": SYSTEM_PATH, "PYTHONPATH": package_root, "LANG": "C.UTF-8"},
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if secret_env else subprocess.DEVNULL,
                 stdout=shim_log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
             )
+        if secret_env:
+            assert popen.stdin is not None
+            try:
+                popen.stdin.write(json.dumps(secret_env).encode())
+                popen.stdin.close()
+            except OSError:  # the shim died at once: the wait below says why
+                pass
         end = time.monotonic() + start_timeout_s
         child = None
         while child is None:

@@ -41,8 +41,13 @@ touches it on every answer from the server) is older than the node-loss
 timeout: the server has then declared the node down and requeued the job,
 so the run must not go on as a ghost (SPEC §6, fencing).
 
-The shim holds no secret: its own environment is a bare ``PATH`` and
-``PYTHONPATH``; the job's environment is in ``launch.json`` (mode 0600).
+The shim's own environment is a bare ``PATH`` and ``PYTHONPATH``; the job's environment is in
+``launch.json`` (mode 0600), except the values of the job's secrets (issue 23): with
+``"secrets_on_stdin": true`` the agent writes ``{"NAME": "value"}`` (JSON) to the shim's standard
+input and closes it; the shim adds them to the command's environment and replaces each value in
+the command's output by ``[secret NAME]`` before it is written to the log
+(:class:`~e31_agent.redactor.Redactor`). They are kept in memory only: never a file, never a
+command line.
 """
 
 from __future__ import annotations
@@ -203,9 +208,20 @@ def _job_user(launch: dict[str, Any], prepared: Any) -> tuple[int, int] | None:
     return None
 
 
+def launch_secret_values(secrets: dict[str, str]) -> dict[str, str]:
+    """``{NAME: value}`` to redact from the log: the secrets as given, an apptainer
+    ``APPTAINERENV_NAME`` under its job-side ``NAME``."""
+    return {name.removeprefix("APPTAINERENV_"): value for name, value in secrets.items()}
+
+
 def run(run_dir: Path) -> int:
     """Supervise the job described in ``run_dir``; returns the shim's exit status."""
     launch = json.loads((run_dir / "launch.json").read_text())
+    secrets: dict[str, str] = {}
+    if launch.get("secrets_on_stdin"):
+        secrets = {str(k): str(v) for k, v in json.loads(sys.stdin.buffer.read() or b"{}").items()}
+        os.close(0)
+        os.open(os.devnull, os.O_RDONLY)  # fd 0 again, so nothing later opens a file as stdin
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)  # only the agent stops a job
     set_child_subreaper()
@@ -229,7 +245,7 @@ def run(run_dir: Path) -> int:
         kwargs.update(user=int(launch["uid"]), group=int(launch["gid"]), extra_groups=[])
     # stdout and stderr through pipes of their own, copied to the log with an index saying
     # which stream each read came from and when (e31_agent.logindex).
-    copier = StreamCopier(launch["log_path"])
+    copier = StreamCopier(launch["log_path"], secrets=launch_secret_values(secrets))
     out_r, out_w, err_r, err_w = copier.pipes()
     owner = _job_user(launch, prepared)
     if owner is not None and os.geteuid() == 0:
@@ -239,7 +255,7 @@ def run(run_dir: Path) -> int:
         child = subprocess.Popen(
             argv,
             cwd=launch["cwd"],
-            env=launch["env"],
+            env={**launch["env"], **secrets},
             stdin=subprocess.DEVNULL,
             stdout=out_w,
             stderr=err_w,

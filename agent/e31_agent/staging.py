@@ -39,11 +39,12 @@ from typing import IO, Any
 from urllib.parse import unquote, urlparse
 
 import httpx
-from e31_protocol.inputs import display_source
+from e31_protocol.redact import redact_text
 
 from .backoff import Backoff
 from .cache import FillAborted, InputCache, key_for, link_or_copy
 from .client import Aborted, ApiClient, ApiError
+from .credentials import CredentialsError, credentials_id, storage_options
 from .extract import ExtractError, ExtractLimits, safe_extract
 from .models import DataItem
 from .netguard import AddressPolicy, BlockedAddress, guarded_info, guarded_request
@@ -75,6 +76,7 @@ class _Source:
     size: int | None = None
     is_dir: bool = False
     key: str | None = None  # cache key; None: not cacheable
+    credentials_id: str | None = None  # who it is read as (credentials.credentials_id); None: anonymously
 
 
 class Stager:
@@ -86,7 +88,9 @@ class Stager:
     ``file://`` at all). ``hardlink_ok``: a cached file may be hard-linked
     into the job dir (only when the job cannot write it). ``net_policy``: which
     non-public hosts ``http(s)://`` sources may reach (default: none).
-    ``extract_limits``: caps on what an archive may unpack to.
+    ``extract_limits``: caps on what an archive may unpack to. ``credentials``: ``{name: storage
+    options JSON}`` from the assignment, for the items whose ``credentials`` names one; an ``s3://``
+    or ``gs://`` item without is read anonymously (:mod:`e31_agent.credentials`).
     """
 
     def __init__(
@@ -102,8 +106,10 @@ class Stager:
         progress: Progress | None = None,
         net_policy: AddressPolicy | None = None,
         extract_limits: ExtractLimits | None = None,
+        credentials: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        self._credentials = dict(credentials or {})  # in memory only
         self.job_dir = job_dir
         self.tmp_dir = tmp_dir
         self.cache = cache
@@ -180,7 +186,13 @@ class Stager:
             self._check_file_root(item.source, unquote(parsed.path))
         name = posixpath.basename(parsed.path.rstrip("/")) or "download"
         source = _Source(item, name=name)
-        if item.sha256:
+        if item.credentials:
+            if item.credentials not in self._credentials:
+                raise StagingError(f"{item.source}: its credentials ({item.credentials}) were not sent to this node")
+            # Not cached (source.key stays None, item.identity is None): the server sends no credentials
+            # id yet, and an entry read with one tenant's credentials must never serve another's job.
+            source.credentials_id = credentials_id(self._credentials[item.credentials])
+        if item.sha256 and item.identity is not None:
             source.key = key_for(item.identity, source=item.source, sha256=item.sha256, info=None)
             if self._size_from_cache(source):
                 return source  # no need to ask a source we will not read
@@ -188,23 +200,32 @@ class Stager:
             if parsed.scheme in WEB:
                 info = guarded_info(item.source, self.net_policy)
             else:
-                fs, path = _filesystem(item.source)
+                fs, path = self._filesystem(item)
                 info = fs.info(path)
         except BlockedAddress as exc:
+            raise StagingError(f"{item.source}: {exc}") from None
+        except CredentialsError as exc:
             raise StagingError(f"{item.source}: {exc}") from None
         except ImportError as exc:
             raise StagingError(f"{item.source}: {parsed.scheme}:// needs a package on the agent: {exc}") from None
         except FileNotFoundError:
             raise StagingError(f"{item.source}: not found") from None
+        except PermissionError:
+            raise StagingError(f"{item.source}: access denied{_anonymous_hint(item)}") from None
         except Exception as exc:  # size is only for progress; the fetch reports real errors
-            log.debug("no size for %s: %s", item.source, exc)
+            log.debug("no size for %s: %s", redact_text(item.source), redact_text(str(exc)))
             return source
         source.is_dir = info.get("type") == "directory"
         source.size = None if source.is_dir else info.get("size")
-        if source.key is None and not source.is_dir:
+        if source.key is None and not source.is_dir and item.identity is not None:
             source.key = key_for(item.identity, source=item.source, sha256=None, info=info)
             self._size_from_cache(source)
         return source
+
+    def _filesystem(self, item: DataItem) -> tuple[Any, str]:
+        """The fsspec filesystem and path of ``item``, with its credentials or anonymously."""
+        options = storage_options(item.source, self._credentials.get(item.credentials) if item.credentials else None)
+        return _filesystem(item.source, options)
 
     def _size_from_cache(self, source: _Source) -> bool:
         if self.cache is None or source.key is None:
@@ -266,7 +287,7 @@ class Stager:
                     shutil.move(local, dest)
                 else:
                     how = link_or_copy(local, dest, hardlink_ok=self.hardlink_ok)
-                    log.debug("%s: %s from the cache", item.source, how)
+                    log.debug("%s: %s from the cache", redact_text(item.source), how)
         finally:
             if owned and local.exists():
                 local.unlink()
@@ -313,7 +334,7 @@ class Stager:
         else:
             self.cached += entry.size
         self.progress(self.done, self._total(sources))
-        log.info("staging %s from the cache", display_source(source.item.source))
+        log.info("staging %s from the cache", redact_text(source.item.source))
         return path, entry.name or source.name, False
 
     def _fetch(self, source: _Source, sources: list[_Source]) -> tuple[Path, str]:
@@ -338,7 +359,8 @@ class Stager:
                     raise StagingAborted() from None
                 if attempt == TRIES:
                     raise StagingError(f"{item.source}: {exc}") from None
-                log.warning("staging %s failed (%s), try %d of %d", display_source(item.source), exc, attempt, TRIES)
+                log.warning("staging %s failed (%s), try %d of %d", redact_text(item.source),
+                            redact_text(str(exc)), attempt, TRIES)
                 if self.should_stop():
                     raise StagingAborted() from None
                 time.sleep(backoff.next())
@@ -378,7 +400,7 @@ class Stager:
             except BlockedAddress as exc:
                 raise StagingError(f"{item.source}: {exc}") from None
         else:
-            fs, path = _filesystem(item.source)
+            fs, path = self._filesystem(item)
             name = source.name
             with _open(fs, path) as src, open(tmp, "wb") as out:
                 # read1: what one read gives, so a source that trickles (a pipe, a slow mount) is
@@ -399,7 +421,7 @@ class Stager:
         item = source.item
         if item.extract or item.sha256:
             raise StagingError(f"{item.source}: a directory cannot be extracted or checksummed")
-        fs, root = _filesystem(item.source)
+        fs, root = self._filesystem(item)
         dest_root = self._destination(source, source.name)
         for path in sorted(fs.find(root)):
             rel = posixpath.relpath(path, root.rstrip("/"))
@@ -502,14 +524,22 @@ class _errors:
         if issubclass(kind, FileNotFoundError):
             raise StagingError(f"{what}: not found") from None
         if issubclass(kind, PermissionError):
-            raise StagingError(f"{what}: permission denied: {exc}") from None
+            raise StagingError(f"{what}: permission denied{_anonymous_hint(self.source.item)}: {exc}") from None
         raise StagingError(f"{what}: needs a package on the agent: {exc}") from None
 
 
-def _filesystem(url: str) -> tuple[Any, str]:
+def _filesystem(url: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
     import fsspec
 
-    return fsspec.core.url_to_fs(url)
+    # skip_instance_cache: a filesystem made with one job's credentials is never reused for another's
+    return fsspec.core.url_to_fs(url, **(options or {}), **({"skip_instance_cache": True} if options else {}))
+
+
+def _anonymous_hint(item: DataItem) -> str:
+    """Words for an access refused to an anonymous read."""
+    if item.credentials or not item.source.startswith(("s3://", "gs://")):
+        return ""
+    return " (read anonymously: name a secret with data[i].credentials to read a private bucket)"
 
 
 def _open(fs: Any, path: str) -> IO[bytes]:

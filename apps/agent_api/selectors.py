@@ -13,6 +13,7 @@ from apps.core import clock
 from apps.core.choices import JobState
 from apps.jobs.inputs import input_scope
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
+from apps.jobs.secret_refs import job_secrets_open
 from apps.metering.selectors import attempt_leases, leases_on, leases_open_on
 from apps.pool.models import Node
 
@@ -55,7 +56,17 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
     ranks = attempt_leases(job_id=job.pk, attempt=lease.attempt)
     master = ranks[0].node.hostname or ranks[0].node.name
     deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
-    return {
+    # Issue 23: the values of the secrets the spec names go to this node only, because it holds
+    # this attempt (the caller's lease); nothing else the server sends or shows carries them.
+    env_secrets, credentials, refused = job_secrets_open(owner_id=job.owner_id, spec=job.spec)
+    extra: dict[str, Any] = {}
+    if env_secrets:
+        extra["secrets"] = env_secrets
+    if credentials:
+        extra["credentials"] = credentials
+    if refused:  # deleted since the submit: the agent fails the attempt at its start, unbilled
+        extra["start_refused"] = refused
+    return extra | {
         "job_id": job.pk,
         "attempt": lease.attempt,
         "lease_id": lease.pk,

@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from e31_protocol.redact import redact_value
 
 from apps.core.admin import LedgerAdmin
 from apps.jobs.services.cancel import job_cancel
@@ -21,11 +22,16 @@ class JobAdmin(LedgerAdmin, admin.ModelAdmin):
                     "submitted_at", "rented_at", "released_at"]
     list_filter = ["state", "outcome", "kind"]
     search_fields = ["name", "owner__username"]
-    readonly_fields = ["state", "outcome", "spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
+    exclude = ["spec"]  # shown as shown_spec: a URL's userinfo and signature as *** (issue 23)
+    readonly_fields = ["state", "outcome", "shown_spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
                        "estimated_start_at", "latest_start_at", "pending_reason", "array", "array_index"]
     inlines = [JobEventInline]
     actions = ["cancel_jobs"]
+
+    @admin.display(description="spec")
+    def shown_spec(self, job: Job) -> object:
+        return redact_value(job.spec)
 
     @admin.action(description="Cancel: stop the run (billed to the stop) or drop from the queue")
     def cancel_jobs(self, request, queryset):
@@ -52,4 +58,9 @@ class JobEventAdmin(LedgerAdmin, admin.ModelAdmin):
 class JobArrayAdmin(LedgerAdmin, admin.ModelAdmin):
     list_display = ["id", "name", "owner", "size", "submitted_at", "cancel_requested_at"]
     search_fields = ["name", "owner__username"]
-    readonly_fields = ["owner", "name", "size", "spec", "submitted_at", "cancel_requested_at"]
+    exclude = ["spec"]
+    readonly_fields = ["owner", "name", "size", "shown_spec", "submitted_at", "cancel_requested_at"]
+
+    @admin.display(description="spec")
+    def shown_spec(self, array: JobArray) -> object:
+        return redact_value(array.spec)

@@ -35,7 +35,7 @@ from .models import Job, JobArray, JobEvent
 from .selectors import jobs_of
 from .services.cancel import job_cancel
 from .services.submit import after_submit, job_submit, spec_uploads_lock, spec_validate, unsaved_job
-from .spec import SpecError, compute_request
+from .spec import SpecError, compute_request, spec_document
 from .spend import spend_limit_enforce
 from .state import transition_bulk
 
@@ -68,7 +68,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
     if spec.output.retention_days is None:
         spec.output.retention_days = settings.E31_RETENTION_DAYS_DEFAULT
     first = unsaved_job(spec, owner, now=now)  # task 0 through the ORM; the others are its copies
-    first.spec = spec.model_dump(mode="json", exclude={"array"})
+    first.spec = spec_document(spec, exclude={"array"})
     first.submitted_at = now = now or first.submitted_at
     first.max_attempts = settings.E31_MAX_ATTEMPTS
     first.event_seq = 1  # the "submitted" event below; no other writer knows the job yet
@@ -77,7 +77,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         # One check for the whole array's worst case (SpecError if over).
         spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now)
         first.array = JobArray.objects.create(owner=owner, name=spec.name, size=size, submitted_at=now,
-                                              spec=spec.model_dump(mode="json"))
+                                              spec=spec_document(spec))
         first.array_index = 0
         first.save()
         array = first.array

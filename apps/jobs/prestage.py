@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from e31_protocol.redact import redact_text
 
 from apps.core import clock
 from apps.core.choices import JobState
@@ -71,9 +72,11 @@ def prestage_offers(node) -> list[dict[str, Any]]:
     """
     rows = (JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
             .select_related("job").order_by("planned_at", "job_id"))
+    # An input read with the owner's credentials is not pre-staged: a secret reaches only a node
+    # holding the job's attempt (issue 23), never one that merely plans to.
     offers = []
     for p in rows:
-        data = p.job.spec.get("data") or []
+        data = [d for d in p.job.spec.get("data") or [] if not d.get("credentials")]
         offers.append({"job_id": p.job_id, "data": data, "new": p.offered_at is None,
                        "input_scope": input_scope(owner_id=p.job.owner_id, data=data)})
     return offers
@@ -107,7 +110,7 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
             row.state = item.get("state") or JobPrestage.State.FETCHING
             row.bytes_done = max(0, int(item.get("bytes_done") or 0))
             row.bytes_total = item.get("bytes_total")
-            row.message = str(item.get("message") or "")[:MESSAGE_MAX]
+            row.message = redact_text(str(item.get("message") or ""))[:MESSAGE_MAX]
             row.updated_at = now
             row.offered_at = row.offered_at or now
             row.save(update_fields=["state", "bytes_done", "bytes_total", "message", "updated_at", "offered_at"])

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
+from e31_protocol.redact import redact_value
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -41,6 +42,8 @@ MAX_ENV_KEYS = 100
 MAX_DATA = 100
 MAX_OUTPUT_PATHS = 100
 MAX_ARRAY = 10_000  # tasks in one job array (SPEC §2)
+MAX_SECRETS = 100  # names in work.secrets
+CREDENTIAL_SCHEMES = ("s3://", "gs://")  # sources data[i].credentials may apply to
 
 
 class SpecError(Exception):
@@ -51,6 +54,7 @@ class SpecError(Exception):
     """
 
     def __init__(self, errors: dict[str, list[str]]):
+        errors = redact_value(errors)  # an error quoting a URL shows its userinfo and signature as ***
         super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
         self.errors = errors
 
@@ -86,6 +90,8 @@ class WorkSpec(_Strict):
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     kind: Literal["training", "inference", "processing", "simulation", "other"] = JobKind.OTHER.value
     network: Literal["egress", "none"] = "egress"
+    # names of the owner's secrets put into the job's environment (SPEC §2, issue 23): names only, never values
+    secrets: list[StrictStr] = Field(default_factory=list, max_length=MAX_SECRETS)
 
     @field_validator("command")
     @classmethod
@@ -123,6 +129,14 @@ class DataItem(_Strict):
     target: StrictStr = "./"
     sha256: StrictStr | None = None
     extract: StrictBool = False
+    credentials: StrictStr | None = None  # the name of a secret: fsspec storage options (SPEC §2)
+
+    @field_validator("credentials")
+    @classmethod
+    def _credentials(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_KEY.fullmatch(value):
+            raise ValueError("must name a secret: [A-Z_][A-Z0-9_]*")
+        return value
 
     @field_validator("source")
     @classmethod
@@ -229,6 +243,18 @@ class JobSpec(_Strict):
         return value.strip()
 
 
+def spec_document(spec: JobSpec, *, exclude: set[str] | None = None) -> dict[str, Any]:
+    """The stored (JSON) form of a validated spec: ``work.secrets`` and ``data[i].credentials`` are
+    left out when unused, so a spec that names none reads as it did before they existed."""
+    document = spec.model_dump(mode="json", exclude=exclude)
+    if not document["work"].get("secrets"):
+        document["work"].pop("secrets", None)
+    for item in document.get("data") or []:
+        if item.get("credentials") is None:
+            item.pop("credentials", None)
+    return document
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     """``('data', 0, 'source')`` -> ``data[0].source``."""
     out = ""
@@ -316,9 +342,28 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
     if retention_days_max and days is not None and days > retention_days_max:
         errors["output.retention_days"] = [f"Is {days}; the most this site keeps outputs is {retention_days_max} days."]
     errors.update(_target_clashes(spec.data))
+    errors.update(_secret_name_errors(spec.work))
+    for index, item in enumerate(spec.data):
+        if item.credentials and not item.source.startswith(CREDENTIAL_SCHEMES):
+            errors[f"data[{index}].credentials"] = ["Credentials apply to s3:// and gs:// sources only."]
     if errors:
         raise SpecError(errors)
     return spec
+
+
+def _secret_name_errors(work: WorkSpec) -> dict[str, list[str]]:
+    """Errors of ``work.secrets``: a malformed name, a name twice, or a name ``work.env`` sets too."""
+    errors: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for index, name in enumerate(work.secrets):
+        if not ENV_KEY.fullmatch(name) or len(name) > 100:
+            errors[f"work.secrets[{index}]"] = ["Must name a secret: [A-Z_][A-Z0-9_]*, at most 100 characters."]
+        elif name in seen:
+            errors[f"work.secrets[{index}]"] = [f"Names {name} twice."]
+        elif name in work.env:
+            errors[f"work.secrets[{index}]"] = [f"{name} is also set in work.env; set it in one place."]
+        seen.add(name)
+    return errors
 
 
 def _target_clashes(items: list[DataItem]) -> dict[str, list[str]]:

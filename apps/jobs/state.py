@@ -11,6 +11,7 @@ from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
+from e31_protocol.redact import redact_text
 
 from apps.core import clock
 from apps.core.choices import ALLOWED_MOVES, STAMP_FIELD, JobState
@@ -39,7 +40,7 @@ def event_add(job: Job, *, detail: str, from_state: str = "", to_state: str = ""
     job.event_seq = Job.objects.values_list("event_seq", flat=True).get(pk=job.pk)
     signals.job_changed.send(sender=Job, job_id=job.pk, owner_id=job.owner_id)
     return JobEvent.objects.create(job=job, seq=job.event_seq, at=at, from_state=from_state,
-                                   to_state=to_state, detail=detail[:500])
+                                   to_state=to_state, detail=redact_text(detail)[:500])
 
 
 @transaction.atomic
@@ -81,6 +82,8 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     if to not in ALLOWED_MOVES[src]:
         raise TransitionError(f"job {job.pk}: {src} -> {to} is not allowed")
     now = now or clock.now()
+    if isinstance(fields.get("status_message"), str):
+        fields["status_message"] = redact_text(fields["status_message"])  # shown on the job page and API
     values = _moved_values(to, now, fields)
     # Conditional UPDATE: closes the race of two processes moving the same
     # job (say an agent's "exited" and the node watchdog) from one state.

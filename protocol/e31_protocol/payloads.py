@@ -105,6 +105,7 @@ class DataInput(TypedDict):
     target: str
     sha256: NotRequired[str | None]
     extract: NotRequired[bool]
+    credentials: NotRequired[str]  # the name of the owner's secret holding the storage options
 
 
 class AssignedGpu(TypedDict):
@@ -142,6 +143,11 @@ class Assignment(TypedDict):
     array_size: int | None
     output_max_bytes: NotRequired[int]
     input_scope: NotRequired[InputScope]  # v4 servers; without it uploads are not cached
+    # Issue 23: values of the secrets the spec names, only to the node holding the attempt; the agent
+    # keeps them in memory only (never its disk, a log or a command line).
+    secrets: NotRequired[dict[str, str]]  # work.secrets: name -> value, into the job's environment
+    credentials: NotRequired[dict[str, str]]  # data[i].credentials: name -> storage options JSON
+    start_refused: NotRequired[str]  # the attempt must fail at its start (start_failed), with this reason
 
 
 class PrestageOffer(TypedDict):

@@ -62,6 +62,10 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
         gpus=pinned,
         marker=marker,
     )
+    # work.secrets: their names reach the runtime (-e NAME), their values only the shim's pipe; one that
+    # would replace a variable the agent sets (E31_JOB_ID, the marker...) is left out
+    secret_names = {k for k in a.secrets if k not in env}
+    env.update({k: a.secrets[k] for k in secret_names})
     if a.spec.image:
         launch = container.wrap(
             image=a.spec.image,
@@ -79,6 +83,7 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
     else:
         launch = container.plain(a.spec.command)
     env.update(launch.env)
+    secret_env = {k: env.pop(k) for k in list(env) if k.removeprefix("APPTAINERENV_") in secret_names}
     limits = job_limits(a, job.limits, job.job_user, cgroup=run_cgroup(job))
     if job.sandbox is not None:
         nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if job.real_gpus and a.gpu_indices else []
@@ -92,6 +97,7 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
         run_dir=job.run_dir,
         teardown=launch.teardown,
         limits=limits,
+        secret_env=secret_env,
     )
 
 

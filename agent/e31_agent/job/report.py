@@ -65,7 +65,7 @@ def report_end(
     """
     progress = end.progress
     progress.phase = AgentPhase.OUTPUT
-    if not exited_queued:
+    if not exited_queued and elapsed_s is None:  # given: a start refused before anything ran (0 s)
         elapsed_s = end.state.elapsed_s()
     packs = with_outputs and bool(end.pack.output_paths)
     if not packs:

@@ -98,6 +98,7 @@ class JobRun:
         self.staging = StageJob(
             ref=self.ref, data=a.spec.data, in_container=bool(a.spec.image), cache_dir=workdir.cache,
             tmp_dir=workdir.tmp, client=client, reporter=self.reporter, control=self.control,
+            credentials=a.credentials,
         )
         self.launch = LaunchJob(
             assignment=a, scope=workdir.scope, log_path=workdir.log_path(a.job_id, a.attempt),
@@ -203,6 +204,12 @@ class JobRun:
         if self.predecessor is not None:
             self.predecessor.drop()
             self.predecessor.join(a.grace_s + 30)
+        if a.start_refused:  # a secret the spec names is gone: fail at the start, nothing billed (0 s)
+            log.warning("%s: did not start: %s", self.ref, a.start_refused)
+            report_end(self.ending, shipper=self.shipper, exit_code=None, reason=ExitReason.START_FAILED,
+                       message=a.start_refused,
+                       with_outputs=False, elapsed_s=0.0)
+            return
         if a.spec.data:  # with nothing to stage, "running" says "accepted" too (folded)
             self.reporter.send(ReportType.ACCEPTED)
         log.info("%s: accepted (%s)", self.ref, a.spec.name)

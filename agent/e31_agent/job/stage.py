@@ -6,8 +6,10 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from e31_protocol import ExitReason, ReportType
+from e31_protocol.redact import redact_text
 
 from .. import node_inputs
 from ..client import Aborted, ApiClient
@@ -35,6 +37,7 @@ class StageJob:
     client: ApiClient
     reporter: Reporter
     control: Control
+    credentials: dict[str, Any]  # secret name -> its storage options (work's data[i].credentials), in memory only
 
 
 def stage_inputs(job: StageJob, job_dir: Path) -> tuple[ExitReason, str] | None:
@@ -73,6 +76,7 @@ def stage_inputs(job: StageJob, job_dir: Path) -> tuple[ExitReason, str] | None:
         hardlink_ok=inputs.hardlink_ok and not job.in_container,  # a container may run as root
         should_stop=lambda: job.control.stop_reason() is not None,
         progress=progress,
+        credentials=job.credentials,
     )
     try:
         done = stager.stage(job.data)
@@ -81,13 +85,14 @@ def stage_inputs(job: StageJob, job_dir: Path) -> tuple[ExitReason, str] | None:
         reason = job.control.stop_reason() or ExitReason.CANCELLED
         return reason, f"stopped while staging inputs ({reason})"
     except StagingError as exc:
-        log.warning("%s: staging failed: %s", job.ref, exc)
-        return ExitReason.STAGING_FAILED, str(exc)
+        message = redact_text(str(exc))  # a URL's userinfo or signature never reaches a log or the server
+        log.warning("%s: staging failed: %s", job.ref, message)
+        return ExitReason.STAGING_FAILED, message
     except Aborted:
         raise Dropped() from None
     except Exception as exc:  # an unforeseen fetch error is still the input's fault
-        log.exception("%s: staging failed", job.ref)
-        return ExitReason.STAGING_FAILED, f"{type(exc).__name__}: {exc}"
+        log.error("%s: staging failed: %s", job.ref, redact_text(f"{type(exc).__name__}: {exc}"))
+        return ExitReason.STAGING_FAILED, redact_text(f"{type(exc).__name__}: {exc}")
     report(done, done)
     log.info("%s: staged %d bytes (%d downloaded, %d from the cache)", job.ref, done,
              stager.fetched, stager.cached)

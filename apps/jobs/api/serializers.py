@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.urls import reverse
+from e31_protocol.redact import redact_value
 from rest_framework import serializers
 
 from apps.artifacts.services import bundles_latest
@@ -14,9 +15,20 @@ from ..prestage import staging_progress
 from ..services.outputs import output_warnings, outputs_unmatched
 
 
+class ShownSpecField(serializers.JSONField):
+    """A stored spec as shown: a URL's userinfo and signature parts as ``***`` (issue 23)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value):
+        return redact_value(value)
+
+
 class JobSerializer(serializers.ModelSerializer):
     """One job as SPEC §7 lists it; money totals over all of its leases."""
 
+    spec = ShownSpecField(help_text="The spec as validated; names of secrets only, URL credentials as ***.")
     billed_seconds = serializers.SerializerMethodField()
     cost = serializers.SerializerMethodField()
     bundle = serializers.SerializerMethodField()
@@ -127,6 +139,7 @@ class ArraySerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     jobs_url = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
+    spec = ShownSpecField()
 
     class Meta:
         model = JobArray

@@ -19,7 +19,8 @@ from apps.core.observe import observe
 from apps.jobs import signals
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.retention import uploads_lock
-from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns
+from apps.jobs.secret_refs import secret_ref_errors
+from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns, spec_document
 from apps.jobs.spend import spend_limit_enforce
 from apps.pool import signals as pool_signals
 from apps.scheduling.adapter import pool_refusal
@@ -51,6 +52,7 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
                 errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
         elif item.source.startswith("file://") and not _file_allowed(item.source):
             errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
+    errors.update(secret_ref_errors(spec, owner_id=owner.pk))
     if not errors:
         job = unsaved_job(spec, owner)
         request = job_request(job, job_id=0, account=job.owner_id, submitted_at_s=0.0)  # not saved: no id
@@ -79,7 +81,7 @@ def unsaved_job(spec: JobSpec, owner: AbstractBaseUser, *, now: datetime | None 
     """A :class:`Job` built from a validated ``spec`` with its scheduling columns, submitted at ``now``
     (default :func:`apps.core.clock.now`), not saved (a submit saves it; :func:`spec_validate` and an
     array's submit use it as it is)."""
-    document = spec.model_dump(mode="json")
+    document = spec_document(spec)
     return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
                time_limit_s=spec.compute.time_limit_s, submitted_at=now or clock.now(), **requirement_columns(document))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from e31_protocol.redact import redact_value
 
 from apps.artifacts.models import Upload
 from apps.artifacts.services import uploads_from_files
@@ -27,6 +28,7 @@ from apps.jobs.examples import example_attachments, example_names, example_yaml
 from apps.jobs.models import Job
 from apps.jobs.rerun import rerun_document, uploads_missing
 from apps.jobs.spec import SpecError, load_yaml, spec_to_yaml
+from apps.secrets.services import secret_list
 
 DATA_ROWS = 3
 DATA_ROWS_MAX = 100
@@ -76,6 +78,9 @@ class DataRowForm(forms.Form):
     extract = forms.BooleanField(required=False, label="Extract (.tar, .tar.gz, .zip)")
     sha256 = forms.CharField(required=False, label="sha256 (optional)",
                              widget=_text(placeholder="64 hex digits"))
+    credentials = forms.CharField(required=False, label="Credentials (a secret's name)",
+                                  widget=_text(placeholder="MY_BUCKET", list="secret-names"),
+                                  help_text="s3:// or gs://: read with the storage options this secret holds.")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -91,7 +96,7 @@ class DataRowForm(forms.Form):
     @property
     def is_blank(self) -> bool:
         data = getattr(self, "cleaned_data", {})
-        return not any(data.get(key) for key in ("source", "file", "target", "sha256"))
+        return not any(data.get(key) for key in ("source", "file", "target", "sha256", "credentials"))
 
 
 DataRowFormSet = forms.formset_factory(DataRowForm, extra=DATA_ROWS, max_num=DATA_ROWS_MAX,
@@ -102,6 +107,7 @@ DataRowFormSet = forms.formset_factory(DataRowForm, extra=DATA_ROWS, max_num=DAT
 FIELD_OF_PATH = {
     "name": "name",
     "work.command": "command", "work.kind": "kind", "work.env": "env", "work.image": "image",
+    "work.secrets": "secrets",
     "compute.gpus": "gpus", "compute.nodes": "nodes", "compute.gpu_model": "gpu_model",
     "compute.gpu_memory_gb": "gpu_memory_gb", "compute.cpus": "cpus",
     "compute.memory_gb": "memory_gb",
@@ -141,6 +147,10 @@ class JobForm(forms.Form):
     kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.OTHER, label="Kind")
     env = forms.CharField(required=False, label="Environment", strip=False,
                           widget=_code(3, "SEED=1"), help_text="One KEY=VALUE per line.")
+    secrets = forms.MultipleChoiceField(
+        required=False, label="Secrets", widget=forms.CheckboxSelectMultiple,
+        help_text="Each one you pick is in the job's environment under its name; its value is never shown "
+                  "(in the log it reads [secret NAME]). Set them under Settings, Secrets.")
     image = forms.CharField(required=False, label="Container image (optional)",
                             widget=_text(placeholder="pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"),
                             help_text="Only nodes with a container runtime take such a job.")
@@ -189,6 +199,9 @@ class JobForm(forms.Form):
             data["spec_text"] = _read_text(files["spec_file"])
         super().__init__(data, files, **kwargs)
         self.owner = owner
+        # pick by name: the owner's own secrets only (issue 23); values are never read here
+        self.secret_names = [s.name for s in secret_list(owner=owner)]
+        self.fields["secrets"].choices = [(name, name) for name in self.secret_names]
         self.rows = DataRowFormSet(data, files, prefix="data")
         self.kept: list[Upload] = []  # files already stored, offered again after an error
         self.section_errors: dict[str, list[str]] = {}
@@ -247,6 +260,8 @@ class JobForm(forms.Form):
             work["env"] = cd["env"]
         if cd["image"].strip():
             work["image"] = cd["image"].strip()
+        if cd.get("secrets"):
+            work["secrets"] = list(cd["secrets"])
         data = []
         self._row_of_item = {}
         for index, row in enumerate(self.rows.forms):
@@ -262,6 +277,8 @@ class JobForm(forms.Form):
                 item["sha256"] = rd["sha256"]
             if rd["extract"]:
                 item["extract"] = True
+            if rd["credentials"].strip():
+                item["credentials"] = rd["credentials"].strip()
             self._row_of_item[len(data)] = index
             data.append(item)
         compute: dict[str, Any] = {}
@@ -476,7 +493,11 @@ def edit_job_form(*, owner: Any, job: Job) -> tuple[JobForm, list[str]]:
         if names.count(upload.name) == 1:  # two files of one name: keep the ids, both still resolve
             for item in items.get(str(upload.pk), []):
                 item["source"] = f"upload:{upload.name}"
-    form = JobForm(owner=owner, initial={"spec_text": spec_to_yaml(document)})
+    shown = redact_value(document)  # a URL's userinfo and signature are never filled back in (issue 23)
+    if shown != document:
+        warnings.append("Credentials in a URL are shown as ***: type them again, or better, keep them in a "
+                        "secret named by data[i].credentials.")
+    form = JobForm(owner=owner, initial={"spec_text": spec_to_yaml(shown)})
     form.kept = kept
     return form, warnings
 

@@ -18,6 +18,7 @@ from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from e31_protocol.redact import redact_value
 
 from apps.artifacts.files import NotAddressable, OutputFile, bundle_file
 from apps.artifacts.http import bundle_response, output_file_response
@@ -176,7 +177,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
     job = job_own_or_404(request.user, pk)
     return render(request, "jobs/detail.html", {
-        "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(job.spec),
+        "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(redact_value(job.spec)),
         "usage": usage_card(job),
     })
 

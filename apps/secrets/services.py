@@ -1,0 +1,122 @@
+"""Set, delete and rotate users' secrets (:class:`Secret`); values go in and never come out,
+except to :func:`secret_values`, which only the agents' assignment and the submit's checks call."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+
+from cryptography.fernet import Fernet, MultiFernet
+from django.db import transaction
+
+from . import crypto
+from .models import NAME_MAX, NAME_PATTERN, VALUE_MAX_BYTES, Secret
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+class SecretInvalid(Exception):
+    """A name or value that cannot be stored; ``errors`` maps the field to messages (an HTTP 400)."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def secret_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a secret name (``[A-Z_][A-Z0-9_]*``, at most 100 characters), or None."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return "Must match [A-Z_][A-Z0-9_]* (capital letters, digits and _, not starting with a digit)."
+    if len(name) > NAME_MAX:
+        return f"Must be at most {NAME_MAX} characters."
+    return None
+
+
+def secret_set(*, owner, name: object, value: object, now: datetime) -> Secret:
+    """Create or replace ``owner``'s secret ``name``, encrypting ``value``.
+
+    Raises:
+        SecretInvalid: the name is malformed, or the value is not a string of 1 byte to 64 KiB
+            (UTF-8) without NUL.
+    """
+    errors: dict[str, list[str]] = {}
+    problem = secret_name_problem(name)
+    if problem:
+        errors["name"] = [problem]
+    if not isinstance(value, str) or not value:
+        errors["value"] = ["Must be a non-empty string."]
+    elif "\x00" in value:
+        errors["value"] = ["Must not contain a NUL character."]
+    elif len(value.encode("utf-8", "surrogatepass")) > VALUE_MAX_BYTES:
+        errors["value"] = [f"Must be at most {VALUE_MAX_BYTES // 1024} KiB."]
+    else:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            errors["value"] = ["Must be valid text (UTF-8)."]
+    if errors:
+        raise SecretInvalid(errors)
+    token = crypto.encrypt(str(value))
+    with transaction.atomic():
+        # select_for_update: two replaces at once keep one row (the unique constraint backs it)
+        secret = Secret.objects.select_for_update().filter(owner=owner, name=name).first()
+        if secret is None:
+            return Secret.objects.create(owner=owner, name=name, token=token, created_at=now, updated_at=now)
+        secret.token, secret.updated_at = token, now
+        secret.save(update_fields=["token", "updated_at"])
+        return secret
+
+
+def secret_delete(*, owner, name: str) -> bool:
+    """Delete ``owner``'s secret ``name``; False when there was none."""
+    deleted, _ = Secret.objects.filter(owner=owner, name=name).delete()
+    return bool(deleted)
+
+
+def secret_list(*, owner) -> list[Secret]:
+    """``owner``'s secrets by name (read only ``name``, ``created_at``, ``updated_at``: never the value)."""
+    return list(Secret.objects.filter(owner=owner).only("name", "created_at", "updated_at").order_by("name"))
+
+
+def secret_names_known(*, owner_id: int, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` ``owner_id`` has."""
+    return set(Secret.objects.filter(owner_id=owner_id, name__in=list(names)).values_list("name", flat=True))
+
+
+def secret_values(*, owner_id: int, names: Iterable[str]) -> dict[str, str]:
+    """``{name: value}`` of ``owner_id``'s secrets among ``names``; one the owner lacks is left out.
+
+    For the node holding an attempt (the assignment) and the submit's checks only: a value never
+    goes into a page, an API answer, an event or a log.
+
+    Raises:
+        crypto.SecretsKeyError: a value opens under no key.
+    """
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    under = crypto.cipher()
+    return {name: crypto.decrypt(token, under=under) for name, token in
+            Secret.objects.filter(owner_id=owner_id, name__in=wanted).values_list("name", "token")}
+
+
+def secrets_rotate(*, keys: list[bytes]) -> int:
+    """Re-encrypt every secret under ``keys[0]`` (every key in ``keys`` may open the old tokens).
+
+    Returns the number of values re-encrypted. Each row is rewritten in the one transaction, so a
+    failure leaves every row as it was.
+
+    Raises:
+        crypto.SecretsKeyError: a value opens under none of ``keys``.
+    """
+    under = MultiFernet([Fernet(k) for k in keys])
+    count = 0
+    with transaction.atomic():
+        for secret in Secret.objects.select_for_update().only("pk", "token"):
+            try:
+                secret.token = under.rotate(bytes(secret.token))
+            except Exception:  # InvalidToken; named by the message below
+                raise crypto.SecretsKeyError(f"secret {secret.pk} opens under none of the keys") from None
+            secret.save(update_fields=["token"])
+            count += 1
+    return count
