@@ -2,13 +2,13 @@
 a value goes in and never comes back."""
 from __future__ import annotations
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core import clock
 from apps.secrets.models import Secret
 from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_name_problem, secret_set
 
@@ -37,7 +37,7 @@ class SecretListView(APIView):
         name, value = data.get("name"), data.get("value")
         existed = isinstance(name, str) and Secret.objects.filter(owner=request.user, name=name).exists()
         try:
-            secret = secret_set(owner=request.user, name=name, value=value, now=timezone.now())
+            secret = secret_set(owner=request.user, name=name, value=value, now=clock.now())
         except SecretInvalid as exc:
             raise ValidationError(exc.errors) from None
         return Response(SecretOut(secret_out(secret)).data, status=200 if existed else 201)

@@ -7,9 +7,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from apps.core import clock
 from apps.secrets.models import VALUE_MAX_BYTES
 from apps.secrets.services import SecretInvalid, secret_delete, secret_list, secret_name_problem, secret_set
 
@@ -33,7 +33,7 @@ def secrets_page(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             try:
                 secret = secret_set(owner=request.user, name=form.cleaned_data["name"],
-                                    value=form.cleaned_data["value"], now=timezone.now())
+                                    value=form.cleaned_data["value"], now=clock.now())
             except SecretInvalid as exc:
                 for field, errors in exc.errors.items():
                     for error in errors:

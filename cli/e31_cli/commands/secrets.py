@@ -10,7 +10,7 @@ from ..errors import CliError, Exit
 from ..output import cell, when
 
 if TYPE_CHECKING:
-    from ..main import Ctx
+    from ..context import Ctx
 
 VALUE_MAX_BYTES = 64 * 1024  # the server's limit (SPEC §2)
 
