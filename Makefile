@@ -13,7 +13,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 $(VENV)/.installed: pyproject.toml agent/pyproject.toml cli/pyproject.toml protocol/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ./protocol -e '.[examples,dev]' -e ./agent -e ./cli  # e31-protocol: shared by server and agent
+	$(PY) -m pip install -q -e ./protocol -e '.[examples,dev]' -e './agent[cloud]' -e ./cli  # e31-protocol: shared by server and agent
 	touch $@
 
 run: $(VENV)/.installed
