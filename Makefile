@@ -29,7 +29,8 @@ lint: export E31_LINT := 1
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(PY) manage.py makemigrations --check --dry-run
-	$(VENV)/bin/pytest -q tests/test_no_forged_states.py  # no test writes a state (issue 13); needs no database
+	$(VENV)/bin/pytest -q tests/test_no_forged_states.py tests/test_state_writers.py  # no test writes a state (issue 13); needs no database
+	$(PY) scripts/state_writers.py  # product code writes each state only through its one door (issue 22)
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/import_cycles.py
 	$(PY) scripts/clock_check.py

@@ -1,33 +1,32 @@
-"""The agents' report protocol (docs/agent-protocol.md): what an agent says about a job it runs,
-applied to the job, its leases and its log. The endpoints (:mod:`apps.agent_api.api.views`) call
-these; the job changes only through :mod:`apps.jobs.state`.
+"""The agents' report protocol (docs/agent-protocol.md), the wire only: a report is parsed,
+deduplicated (job, attempt, rank, seq), put in order and handed, as plain values, to the attempt's
+owner (:mod:`apps.jobs.services.attempts`), which takes every decision about the job and its leases.
+The endpoints (:mod:`apps.agent_api.api.views`) call these.
 """
 from __future__ import annotations
 
 import logging
-import math
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 from e31_protocol import LOST_OUTPUT, ErrorCode, ReportType, finish_code
 
 from apps.agent_api.models import AgentReport
-from apps.artifacts.models import Bundle
-from apps.core.choices import EndReason, JobState, Outcome
-from apps.jobs import signals
+from apps.core import clock
+from apps.core.choices import EndReason
 from apps.jobs.models import Job
+from apps.jobs.services.attempts import (
+    RankFinished,
+    attempt_accept,
+    attempt_exited,
+    attempt_finished,
+    attempt_running,
+    attempt_staging,
+)
 from apps.jobs.services.logs import log_append
-from apps.jobs.services.usage import job_usage_record
-from apps.jobs.sources import source_words
-from apps.jobs.state import transition
-from apps.metering import billing
 from apps.metering.models import Lease
-from apps.metering.services import leases_release, leases_stop
 from apps.pool.models import Node
-from apps.pool.notify import node_wake
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def agent_report(*, node: Node, job_id: int, report: dict[str, Any], now: dateti
         StaleAttempt: the attempt is over on this node (answered 409).
     """
     attempt, kind = report["attempt"], report["type"]
-    now = now or timezone.now()
+    now = now or clock.now()
     with transaction.atomic():
         lease = lease_for(node, job_id, attempt)
         job = Job.objects.select_for_update().get(pk=job_id)
@@ -138,79 +137,25 @@ def _apply_one(node: Node, job_id: int, report: dict[str, Any], held_back: bool)
 
 
 def _on_accepted(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    Lease.objects.filter(pk=lease.pk, accepted_at__isnull=True).update(accepted_at=now)
-    lease.accepted_at = lease.accepted_at or now
+    attempt_accept(job=job, lease=lease, now=now)
 
 
 def _on_staging(job: Job, lease: Lease, report: dict, now: datetime) -> None:
     done = max(0, int(report.get("bytes_done") or 0))
-    rate = job.staging_rate_bps
-    if job.staging_updated_at and done > job.staging_bytes_done:
-        elapsed = (now - job.staging_updated_at).total_seconds()
-        rate = (done - job.staging_bytes_done) / elapsed if elapsed > 0 else rate
-    Job.objects.filter(pk=job.pk).update(
-        staging_bytes_done=done, staging_bytes_total=report.get("bytes_total"), staging_rate_bps=rate,
-        staging_updated_at=now, status_message=str(report.get("message") or "staging inputs")[:500])
     # An older agent sends no bytes_fetched: then every byte counts as downloaded.
     fetched = report.get("bytes_fetched", done if "bytes_cached" not in report else 0)
-    if fetched:
-        _staging_seconds_set(lease, now)
-    signals.job_changed.send(sender=Job, job_id=job.pk, owner_id=job.owner_id)  # staging progress on the page
-
-
-def _staging_seconds_set(lease: Lease, now: datetime) -> None:
-    """``Lease.staging_seconds``: whole seconds (ceil, server clock) from the accept to ``now``,
-    for a lease that downloaded inputs on the meter; capped by the time limit. Pre-staged inputs
-    (all in the node's cache at rent) leave it 0."""
-    start = lease.accepted_at or lease.rented_at
-    seconds = min(lease.time_limit_s, max(1, math.ceil((now - start).total_seconds())))
-    Lease.objects.filter(pk=lease.pk).update(staging_seconds=seconds)
-    lease.staging_seconds = seconds
-
-
-def _reported_at(lease: Lease, report: dict, now: datetime, *, heartbeats: bool) -> datetime:
-    """When what ``report`` says happened, by the evidence the server saw (SPEC §4, one clock):
-    its arrival ``now``, bounded by ``rented_at`` plus the agent's measured ``elapsed_s`` and, for
-    a run's end (``heartbeats``), by the last heartbeat that listed the run plus one interval."""
-    return billing.evidenced_end(rented_at=lease.rented_at, arrived_at=now,
-                                 seen_at=lease.seen_at if heartbeats else None,
-                                 heartbeat_s=settings.E31_HEARTBEAT_S, measured_s=report.get("elapsed_s"))
+    attempt_staging(job=job, lease=lease, bytes_done=done, bytes_total=report.get("bytes_total"),
+                    bytes_fetched=int(fetched or 0), message=str(report.get("message") or ""), now=now)
 
 
 def _on_running(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    start = _reported_at(lease, report, now, heartbeats=False)
-    if lease.staging_seconds:  # it downloaded inputs: staging lasted until the start
-        _staging_seconds_set(lease, start)
-    if job.state == JobState.RENTED:  # one rank of a multi-node job is enough
-        transition(job, JobState.RUNNING, detail=f"command started on {lease.node.name}", now=start,
-                   status_message="running")
+    attempt_running(job=job, lease=lease, elapsed_s=report.get("elapsed_s"), now=now)
 
 
 def _on_exited(job: Job, lease: Lease, report: dict, now: datetime) -> None:
-    reason = report.get("reason") or EndReason.EXIT
-    exit_code = report.get("exit_code")
-    # The run ended when the evidence says, not when the report got through (an outage, a
-    # report buffered on the agent's disk): SPEC §4, one clock.
-    end = _reported_at(lease, report, now, heartbeats=True)
-    if job.run_started_at is not None and lease.rented_at <= job.run_started_at <= now:
-        end = max(end, job.run_started_at)  # never ends before it started
-    leases_stop(job=job, attempt=job.attempt, end=end, reason=reason)
-    for other in job.leases.filter(attempt=job.attempt, released_at__isnull=True).exclude(pk=lease.pk):
-        node_wake(other.node_id)  # a gang ends as one: the other ranks are told to stop (gang_stops_for)
-    if job.state in (JobState.RENTED, JobState.RUNNING):
-        if job.cancel_requested_at and reason == EndReason.EXIT:
-            reason = EndReason.CANCELLED
-        words = {
-            EndReason.EXIT: f"command exited with code {exit_code}",
-            EndReason.TIME_LIMIT: "stopped at the time limit",
-            EndReason.CANCELLED: "stopped: cancelled",
-            EndReason.STAGING_FAILED: "staging failed",
-            EndReason.START_FAILED: "command could not start",
-        }.get(reason, reason)
-        message = source_words(job, str(report.get("message") or ""))[:300]
-        end = min(end, job.rented_at + timedelta(seconds=job.time_limit_s))
-        transition(job, JobState.OUTPUT, detail=words + (f": {message}" if message else ""), now=end,
-                   exit_code=exit_code, end_reason=reason, status_message="packing outputs")
+    attempt_exited(job=job, lease=lease, reason=report.get("reason") or EndReason.EXIT,
+                   exit_code=report.get("exit_code"), message=str(report.get("message") or ""),
+                   elapsed_s=report.get("elapsed_s"), now=now)
 
 
 def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
@@ -218,64 +163,25 @@ def _on_finished(job: Job, lease: Lease, report: dict, now: datetime) -> None:
         # Folded (protocol v2, nothing declared as output): the ``exited`` it stands for comes
         # first, at the same server time, exactly as if it had been sent on its own.
         _on_exited(job, lease, report["exited"], now)
-    elif job.state == JobState.RUNNING or job.state == JobState.RENTED:
-        # finished without exited (agent bug or older agent): stop the meter now
-        _on_exited(job, lease, {"reason": EndReason.EXIT, "exit_code": report.get("exit_code")}, now)
-    if job.nodes > 1 and not _every_rank_finished(job):
-        return  # the other ranks are still packing and uploading their bundles
-    leases_release(job=job, attempt=job.attempt, now=now)
-    if job.state != JobState.OUTPUT:
-        return
-    # Multi-node: the job is released once every rank's lease is released.
-    if job.leases.filter(attempt=job.attempt, released_at__isnull=True).exists():
-        return
-    outcome = {
-        EndReason.TIME_LIMIT: Outcome.TIMED_OUT,
-        EndReason.CANCELLED: Outcome.CANCELLED,
-    }.get(job.end_reason)
-    if outcome is None:
-        outcome = Outcome.SUCCEEDED if job.exit_code == 0 and job.end_reason == EndReason.EXIT else Outcome.FAILED
-    lost_output = _output_not_delivered(job)
-    if lost_output and outcome == Outcome.SUCCEEDED:
-        outcome = Outcome.FAILED  # the command worked but its declared outputs did not come back
-    transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
-               + (f" ({lost_output[:200]})" if lost_output else ""), now=now,
-               outcome=outcome, status_message=lost_output[:500])
-    job_usage_record(job, now)
+    attempt_finished(job=job, lease=lease, exit_code=report.get("exit_code"), finished=_finished_words(job),
+                     now=now)
 
 
-def _output_not_delivered(job: Job) -> str:
-    """Why the declared outputs of the attempt did not come back, or "" when they did.
+def _finished_words(job: Job) -> list[RankFinished]:
+    """The attempt's ``finished`` reports so far as plain words: rank, lost-output code, message.
 
-    A job that declares outputs and whose command ran must have a verified
-    bundle from every rank; the agent's own word (its ``finished`` message)
-    is the reason given when it has one. Whatever an agent says, a missing
-    bundle is never a success (SPEC §3).
-
-    The agent's word is its ``finished`` report's ``code`` (:data:`e31_protocol.LOST_OUTPUT`:
-    ``bundle_upload_failed``, ``packing_failed``, ``outputs_not_packed``), never the wording of
-    its message; a protocol v2 agent sends no code, and :func:`e31_protocol.finish_code` reads
-    its message's fixed prefix instead (for that one version).
+    The code is the report's ``code`` when it is one of :data:`e31_protocol.LOST_OUTPUT`
+    (``bundle_upload_failed``, ``packing_failed``, ``outputs_not_packed``), never the wording of its
+    message; a protocol v2 agent sends no code, and :func:`e31_protocol.finish_code` reads its
+    message's fixed prefix instead (for that one version).
     """
-    finished = [r.payload for r in job.agent_reports.filter(attempt=job.attempt, type=ReportType.FINISHED)]
-    said = [p.get("message", "") for p in finished]
-    lost = next((p for p in finished if finish_code(p) in LOST_OUTPUT), None)
-    if lost is not None:  # the packer left files out, or packing or the upload failed
-        return lost.get("message") or f"output not delivered ({finish_code(lost)})"
-    if not (job.spec.get("output") or {}).get("paths") or job.run_started_at is None:
-        return ""
-    delivered = Bundle.objects.filter(job=job, attempt=job.attempt, completed_at__isnull=False).count()
-    if delivered >= job.nodes:
-        return ""
-    return next((m for m in said if m), "output not delivered: no verified bundle was received")
-
-
-def _every_rank_finished(job: Job) -> bool:
-    """True once every rank of the attempt sent ``finished`` (or its lease ended otherwise)."""
-    open_ranks = set(job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_rank",
-                                                                                                 flat=True))
-    done = set(job.agent_reports.filter(attempt=job.attempt, type="finished").values_list("node_rank", flat=True))
-    return open_ranks <= done
+    words = []
+    for rank, payload in job.agent_reports.filter(attempt=job.attempt, type=ReportType.FINISHED).values_list(
+            "node_rank", "payload"):
+        code = finish_code(payload)
+        words.append(RankFinished(rank=rank, code=code if code in LOST_OUTPUT else "",
+                                  message=str(payload.get("message") or "")))
+    return words
 
 
 _HANDLERS = {

@@ -35,10 +35,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
+
+from .keep import BUNDLE_NAMES, bundle_keep, bundle_kept_name, bundle_start_over
 from .models import Bundle
-from .services import BUNDLE_NAMES, ChunkError, _with_offset, bundle_for, bundle_max_bytes
+from .services import ChunkError, bundle_for, bundle_max_bytes
 from .signals import bundle_verify_wanted
 from .storage import STAGING_PREFIX, Part, is_direct, object_store
 from .verify import BundleInvalid, verify_archive_stream
@@ -90,7 +92,7 @@ def bundle_direct_start(*, job, attempt: int, rank: int = 0, size_bytes: int) ->
                 stale = (bundle.staging_name, bundle.direct_upload_id)
             bundle.staging_name = _staging_name(bundle)
             bundle.direct_upload_id = store.multipart_start(bundle.staging_name)
-            bundle.direct_started_at = timezone.now()
+            bundle.direct_started_at = clock.now()
             bundle.size_bytes, bundle.received_bytes, bundle.refused = size_bytes, 0, ""
             bundle.save(update_fields=["staging_name", "direct_upload_id", "direct_started_at", "size_bytes",
                                        "received_bytes", "refused"])
@@ -168,7 +170,7 @@ def bundle_direct_complete(*, job, attempt: int, rank: int = 0, size_bytes: int,
         bundle.received_bytes = size_bytes
         bundle.sha256 = sha256.lower()
         bundle.files = [dict(f) for f in files]
-        bundle.verifying_since = timezone.now()
+        bundle.verifying_since = clock.now()
         bundle.refused = ""
         bundle.save(update_fields=["direct_upload_id", "received_bytes", "sha256", "files", "verifying_since",
                                    "refused"])
@@ -228,37 +230,21 @@ def bundle_direct_verify(*, bundle_id: int, since: str, retention_days: int) -> 
         problem = f"the store could not give the bundle back: {exc}"
     kept = ""
     if problem is None and found is not None:
-        kept = f"bundles/{bundle.job_id}/{bundle.attempt}/{bundle.rank}/{BUNDLE_NAMES[found.format]}"
+        kept = bundle_kept_name(bundle, found.format)
         store.copy(name, kept, bundle.size_bytes or 0)
     with transaction.atomic():
         bundle = Bundle.objects.select_for_update().get(pk=bundle_id)
         if bundle.completed_at or not bundle.verifying_since or bundle.verifying_since.isoformat() != since:
             return None
         if problem is None and found is not None:
-            bundle.file.name = kept
-            bundle.files = [_with_offset(f, found.offsets.get(f["path"])) for f in bundle.files]
-            bundle.completed_at = timezone.now()
-            bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
+            bundle_keep(bundle=bundle, name=kept, size_bytes=bundle.size_bytes or 0, sha256=bundle.sha256,
+                        files=bundle.files, found=found, retention_days=retention_days, now=clock.now())
         else:
-            _start_over(bundle, problem or "not verified")
-        bundle.staging_name = ""
-        bundle.verifying_since = None
-        bundle.save()
+            bundle_start_over(bundle=bundle, why=problem or "not verified")
     store.delete(name)
     if problem:
         log.warning("bundle %s refused: %s", bundle_id, problem)
     return problem
-
-
-def _start_over(bundle: Bundle, why: str) -> None:
-    """The bundle's upload is dropped: the agent may upload it again from the start."""
-    bundle.received_bytes = 0
-    bundle.size_bytes = None
-    bundle.sha256 = ""
-    bundle.files = []
-    bundle.direct_upload_id = ""
-    bundle.direct_started_at = None
-    bundle.refused = why[:500]
 
 
 def staging_sweep(*, now: datetime | None = None) -> dict[str, int]:
@@ -275,7 +261,7 @@ def staging_sweep(*, now: datetime | None = None) -> dict[str, int]:
     """
     if not is_direct():
         return {"bundles": 0, "uploads_aborted": 0}
-    now = now or timezone.now()
+    now = now or clock.now()
     cutoff = now - timedelta(seconds=settings.E31_STORAGE_STAGING_MAX_AGE_S)
     store = object_store()
     bundles = 0
@@ -287,10 +273,7 @@ def staging_sweep(*, now: datetime | None = None) -> dict[str, int]:
                 continue
             name, upload_id = bundle.staging_name, bundle.direct_upload_id
             kept = [f"bundles/{bundle.job_id}/{bundle.attempt}/{bundle.rank}/{n}" for n in BUNDLE_NAMES.values()]
-            _start_over(bundle, "not verified in time")
-            bundle.staging_name = ""
-            bundle.verifying_since = None
-            bundle.save()
+            bundle_start_over(bundle=bundle, why="not verified in time")
         if upload_id:
             store.multipart_abort(name, upload_id)
         for gone in [name, *kept]:

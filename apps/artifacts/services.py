@@ -4,19 +4,19 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from typing import Any
 
 from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.utils import timezone
 
+from apps.core import clock
+
+from .keep import bundle_keep, bundle_kept_name, bundle_start_over
 from .models import Bundle, BundlePart, Upload
 from .verify import BundleInvalid, Verified, verify_archive
 
 CHUNK_MAX_BYTES = 32 * 1024 * 1024  # fewer requests per GB: each costs a transaction and thread hops
-BUNDLE_NAMES = {"tar": "bundle.tar", "tar.gz": "bundle.tar.gz"}  # stored name by archive format
 MANIFEST_FILES_MAX = 100_000  # files a manifest may list (the agent API's BundleCompleteSerializer)
 # Archive bytes one file takes beside its data, at most: a pax header with a 1,000-character
 # path (3 blocks), its ustar header, padding, and its line in manifest.json.
@@ -188,19 +188,11 @@ def bundle_complete(*, job, attempt: int, rank: int = 0, size_bytes: int, sha256
             raise ChunkError("the bundle grew while it was verified; complete it again", bundle.received_bytes,
                              conflict=True)
         if problem is None and found is not None:
-            name = f"bundles/{job.pk}/{attempt}/{rank}/{BUNDLE_NAMES[found.format]}"
+            name = bundle_kept_name(bundle, found.format)
             os.replace(partial, default_storage.path(name))
-            bundle.parts.all().delete()
-            bundle.file.name = name
-            bundle.size_bytes, bundle.sha256 = size_bytes, sha256.lower()
-            bundle.files = [_with_offset(f, found.offsets.get(f["path"])) for f in files]
-            bundle.completed_at = timezone.now()
-            bundle.expires_at = bundle.completed_at + timedelta(days=retention_days)
-            bundle.save()
-            return bundle
-        bundle.parts.all().delete()  # the session starts over: a PUT at offset 0 is welcome again
-        bundle.received_bytes = 0
-        bundle.save(update_fields=["received_bytes"])
+            return bundle_keep(bundle=bundle, name=name, size_bytes=size_bytes, sha256=sha256, files=files,
+                               found=found, retention_days=retention_days, now=clock.now())
+        bundle_start_over(bundle=bundle)  # the session starts over: a PUT at offset 0 is welcome again
         if os.path.exists(partial):
             os.remove(partial)
     raise ChunkError(f"{problem}; send the bundle again from byte 0", 0)
@@ -210,15 +202,6 @@ def _already_complete(bundle: Bundle, sha256: str) -> Bundle:
     if bundle.sha256 == sha256.lower():
         return bundle
     raise ChunkError("bundle already complete with another checksum", bundle.received_bytes, conflict=True)
-
-
-def _with_offset(entry: dict[str, Any], offset: int | None) -> dict[str, Any]:
-    """A manifest entry as kept: path, size_bytes, sha256, and ``offset`` (bytes into the archive
-    where the file's data starts) when the archive is a plain tar."""
-    kept = {"path": entry["path"], "size_bytes": entry["size_bytes"], "sha256": str(entry["sha256"]).lower()}
-    if offset is not None:
-        kept["offset"] = offset
-    return kept
 
 
 def _received_problem(bundle: Bundle, partial: str, *, size_bytes: int, sha256: str,

@@ -73,3 +73,34 @@ NodeState = models.TextChoices(
     module=__name__,
 )
 NodeState.__doc__ = "A node's state (SPEC §5), the server's side of :class:`e31_protocol.NodeState`, with labels."
+
+# Every move of a node's state (SPEC §5, §6): registration brings a node up (or draining, when the
+# operator asked for it), the operator drains and undrains it, the loss timeout takes it down. A
+# move to the state it is in is no move (a second registration, a repeated drain).
+NODE_MOVES: dict[str, frozenset[str]] = {
+    NodeState.UP: frozenset({NodeState.DRAINING, NodeState.DOWN}),
+    NodeState.DRAINING: frozenset({NodeState.UP, NodeState.DOWN}),
+    NodeState.DOWN: frozenset({NodeState.UP, NodeState.DRAINING}),
+}
+
+
+class LeaseState(models.TextChoices):
+    """Where a lease stands (SPEC §4); its ``end_reason`` says why the run ended."""
+
+    OPENING = "opening", "Opening"  # GPUs held and the meter running; the agent has not taken it yet
+    HELD = "held", "Held"  # the agent took the attempt (``accepted_at``)
+    STOPPING = "stopping", "Stopping"  # the run ended, the meter stopped (``run_ended_at``); outputs on the way
+    FENCED = "fenced", "Fenced"  # released on the meter, its GPUs held until the node confirms the stop
+    CLOSED = "closed", "Closed"  # released (``released_at``): its GPUs are back in the pool
+
+
+# Every move of a lease. A stop needs no accept first (the server stops a run an agent never
+# took: a time limit it enforced, a lost gang partner); a release or a loss stops the meter first
+# when it still runs, so ``opening``/``held`` reach ``fenced``/``closed`` through ``stopping``.
+LEASE_MOVES: dict[str, frozenset[str]] = {
+    LeaseState.OPENING: frozenset({LeaseState.HELD, LeaseState.STOPPING}),
+    LeaseState.HELD: frozenset({LeaseState.STOPPING}),
+    LeaseState.STOPPING: frozenset({LeaseState.FENCED, LeaseState.CLOSED}),
+    LeaseState.FENCED: frozenset({LeaseState.CLOSED}),
+    LeaseState.CLOSED: frozenset(),
+}

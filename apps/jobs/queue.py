@@ -16,14 +16,14 @@ from django.db.models.expressions import RawSQL
 
 from apps.artifacts.models import Upload
 from apps.core.choices import JobState
+from apps.metering.lease import lease_open, lease_rent_clock
 from apps.metering.models import Lease, LeaseGpu
-from apps.metering.services import lease_open
 from apps.pool.models import Gpu, Node
 from apps.scheduling.ports import Hold, JobInputs, PositionChange, QueuedJob
 
 from . import signals
 from .inputs import spec_input_identities
-from .models import Job, JobEvent
+from .models import Job
 from .prestage import prestage_plan
 from .sources import is_uuid
 from .state import transition
@@ -63,19 +63,26 @@ class DatabaseJobQueue:
         return holds, list(LeaseGpu.objects.filter(open=True).values_list("gpu_id", "lease_id"))
 
     def place(self, placements: Sequence[tuple[int, Sequence[tuple[int, Sequence[int]]]]], *,
-              predicted_runtime_s: Mapping[int, float], now: datetime) -> None:
-        """Open the placed jobs' leases and move them to rented (model instances for these only)."""
+              predicted_runtime_s: Mapping[int, float], now: datetime | None = None) -> datetime:
+        """Open the placed jobs' leases and move them to rented (model instances for these only).
+
+        ``now``: the rent time (a caller's frozen clock); None reads the clock once, when the
+        locks the lease writes need are held (:func:`apps.metering.lease.lease_rent_clock`), so
+        the lease's and the job's ``rented_at`` and the "rented" event carry one stamp and no wait
+        is billed. Returns that stamp."""
         jobs = Job.objects.in_bulk([job_id for job_id, _ in placements])
         gpus = Gpu.objects.in_bulk([g for _, nodes in placements for _, ids in nodes for g in ids])
         node_rows = Node.objects.in_bulk([n for _, nodes in placements for n, _ in nodes])
+        rent_at = now or lease_rent_clock()
         for job_id, nodes in placements:
             job = jobs[job_id]
             for rank, (node_id, gpu_ids) in enumerate(nodes):
                 lease_open(job=job, node=node_rows[node_id], gpus=[gpus[g] for g in gpu_ids],
-                           node_rank=rank, now=now, predicted_runtime_s=predicted_runtime_s[job_id])
+                           node_rank=rank, now=rent_at, predicted_runtime_s=predicted_runtime_s[job_id])
             where = ", ".join(f"{node_rows[n].name} ({len(ids)} GPU{'s' if len(ids) > 1 else ''})"
                               for n, ids in nodes)
-            transition(job, JobState.RENTED, detail=f"rented {where}", now=now)
+            transition(job, JobState.RENTED, detail=f"rented {where}", now=rent_at)
+        return rent_at
 
     def prestage(self, reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
         """:func:`apps.jobs.prestage.prestage_plan`."""
@@ -134,15 +141,3 @@ class DatabaseJobQueue:
             Job.objects.bulk_update(jobs, ["queue_position", "estimated_start_at", "pending_reason", "latest_start_at"],
                                     batch_size=500)
         signals.queue_changed.send(sender=Job, changes=[(c.owner_id, c.job_id) for c in changed])
-
-    def restamp_rent(self, job_ids: Sequence[int], stamped: datetime, at: datetime) -> None:
-        """Move the rent of the jobs a cycle placed from ``stamped`` (the cycle's clock read once it
-        held its lock) to ``at`` (read after the cycle's writes, just before commit): the leases'
-        ``rented_at`` (the meter's start and the agents' deadline basis, SPEC §4), the jobs'
-        ``rented_at`` and their "rented" events. Three UPDATEs, whatever the number of jobs."""
-        if at <= stamped:
-            return
-        Lease.objects.filter(job_id__in=job_ids, rented_at=stamped, released_at__isnull=True).update(rented_at=at)
-        Job.objects.filter(pk__in=job_ids, state=JobState.RENTED, rented_at=stamped).update(rented_at=at)
-        JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.RENTED, at=stamped).update(at=at)
-

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from apps.metering.services import fences_lift
+from apps.metering.lease import fences_lift
 from apps.pool import signals as pool_signals
 from apps.pool.models import Node
 

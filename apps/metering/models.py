@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core.choices import LeaseState
+
 
 class GpuRate(models.Model):
     """Price of one GPU-hour of ``gpu_model`` from ``valid_from`` on, in USD."""
@@ -29,14 +31,17 @@ class GpuRate(models.Model):
 class Lease(models.Model):
     """One hold of GPUs on one node for one attempt of one job.
 
-    Money fields are filled when the run ends (``billed_seconds``, ``cost``);
-    ``charged`` is false for leases ended by the platform's fault.
+    ``state`` (:class:`~apps.core.choices.LeaseState`) moves only through :mod:`apps.metering.lease`,
+    the one writer of every field here, which stamps the times beside it. Money fields are filled
+    when the run ends (``billed_seconds``, ``cost``); ``charged`` is false for leases ended by the
+    platform's fault.
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="leases")
     attempt = models.PositiveIntegerField()
     node = models.ForeignKey("pool.Node", on_delete=models.PROTECT, related_name="leases")
     node_rank = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.OPENING)
     gpu_count = models.PositiveIntegerField()
     gpu_model = models.CharField(max_length=64)
     rate_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)

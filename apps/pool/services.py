@@ -8,13 +8,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count
-from django.utils import timezone
+from django.db.models import Count, Q
 
+from apps.core import clock
 from apps.core.choices import NodeState
 
 from . import signals
 from .models import Gpu, Node, NodeDowntime, token_digest
+from .state import node_move
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,15 @@ def node_for_token(token: str) -> Node | None:
 
 
 @transaction.atomic
-def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
-    """Record the agent's inventory (already validated) and mark the node up.
+def node_register(*, node: Node, inventory: dict[str, Any], now: datetime | None = None) -> Node:
+    """Record the agent's inventory (already validated) at ``now`` and mark the node up (draining
+    when the operator asked for it).
 
     GPUs are matched by index; ones no longer reported are kept (leases
     point at them) but marked not present, so the scheduler offers them to
     no one.
     """
-    now = timezone.now()
+    now = now or clock.now()
     node = Node.objects.select_for_update().get(pk=node.pk)
     was_down = node.state == NodeState.DOWN
     for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated"):
@@ -55,8 +57,9 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
     node.sandboxed = bool(inventory.get("sandboxed", False))  # an agent that does not say is not sealed
     node.registered_at = node.last_heartbeat_at = now
     node.first_registered_at = node.first_registered_at or now
-    node.state = NodeState.DRAINING if node.drain else NodeState.UP
-    node.save()
+    node.save(update_fields=["hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes",
+                             "simulated", "sandboxed", "registered_at", "last_heartbeat_at", "first_registered_at"])
+    node_move(node, NodeState.DRAINING if node.drain else NodeState.UP)  # the row is locked: it moves
     seen = set()
     for gpu in inventory["gpus"]:
         Gpu.objects.update_or_create(
@@ -72,17 +75,19 @@ def node_register(*, node: Node, inventory: dict[str, Any]) -> Node:
     return node
 
 
-def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None) -> None:
-    """Stamp a heartbeat from the server's clock. A down node must register again.
+def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None, now: datetime | None = None) -> None:
+    """Stamp a heartbeat at ``now`` (the server's clock). A down node must register again.
 
     ``health`` (validated: ``{"source", "gpus": [...]}``, see ``Node.health``) replaces the
     stored one, stamped with the server's time as ``at`` (ISO 8601).
     """
-    now = timezone.now()
-    fields: dict[str, Any] = {"last_heartbeat_at": now}
-    if health is not None:
-        fields["health"] = {**health, "gpus": [dict(g) for g in health.get("gpus", [])], "at": now.isoformat()}
-    Node.objects.filter(pk=node.pk).update(**fields)
+    now = now or clock.now()
+    beat = Node.objects.filter(pk=node.pk)
+    if health is None:
+        beat.update(last_heartbeat_at=now)
+    else:
+        beat.update(last_heartbeat_at=now,
+                    health={**health, "gpus": [dict(g) for g in health.get("gpus", [])], "at": now.isoformat()})
 
 
 @transaction.atomic
@@ -90,31 +95,30 @@ def node_set_drain(*, node: Node, drain: bool) -> Node:
     """Start or stop draining: a draining node keeps its jobs and takes no new ones."""
     node = Node.objects.select_for_update().get(pk=node.pk)
     node.drain = drain
-    if node.state != NodeState.DOWN:
-        node.state = NodeState.DRAINING if drain else NodeState.UP
-    node.save(update_fields=["drain", "state"])
+    node.save(update_fields=["drain"])
+    if node.state != NodeState.DOWN:  # a down node comes back by registering, draining if asked
+        node_move(node, NodeState.DRAINING if drain else NodeState.UP)  # the row is locked: it moves
     signals.pool_changed.send(sender=Node)
     if not drain:
         signals.capacity_added.send(sender=Node)
     return node
 
 
-def nodes_mark_lost() -> list[int]:
-    """Mark down every node silent for the loss timeout and requeue its jobs.
+def nodes_mark_lost(*, now: datetime | None = None) -> list[int]:
+    """Mark down every node silent for the loss timeout at ``now`` and requeue its jobs.
 
     Returns the ids of the nodes marked down. Each loss is told to the layers above by
     :data:`apps.pool.signals.node_lost` in the node's transaction (the jobs app requeues or ends
     the jobs and lifts the node's fences, :mod:`apps.jobs.receivers`).
     """
-    cutoff = timezone.now() - timedelta(seconds=settings.E31_NODE_LOSS_TIMEOUT_S)
+    cutoff = (now or clock.now()) - timedelta(seconds=settings.E31_NODE_LOSS_TIMEOUT_S)
     lost = []
-    for node_id in Node.objects.exclude(state=NodeState.DOWN).filter(
-            last_heartbeat_at__lt=cutoff).values_list("id", flat=True):
+    for node in Node.objects.exclude(state=NodeState.DOWN).filter(last_heartbeat_at__lt=cutoff).only("id", "state"):
         with transaction.atomic():
             # Conditional UPDATE: a heartbeat that lands meanwhile keeps the node up.
-            if not Node.objects.filter(pk=node_id, last_heartbeat_at__lt=cutoff).exclude(
-                    state=NodeState.DOWN).update(state=NodeState.DOWN):
+            if not node_move(node, NodeState.DOWN, when=Q(last_heartbeat_at__lt=cutoff)):
                 continue
+            node_id = node.pk
             node = Node.objects.get(pk=node_id)
             log.warning("node %s lost: no heartbeat since %s", node.name, node.last_heartbeat_at)
             node_down_record(node=node, at=node.last_heartbeat_at)  # the record of down time

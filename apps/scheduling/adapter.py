@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
-from django.utils import timezone
 
+from apps.core import clock
 from apps.core.choices import NodeState
 from apps.core.observe import observe
 from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
@@ -196,7 +196,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
     frozen = now is not None  # a caller's clock (tests, the simulator) stamps as given
     with transaction.atomic():
         _lock()
-        now = now or timezone.now()
+        now = now or clock.now()
         queue = job_queue()
         rows = queue.queued()
         if not rows:
@@ -224,10 +224,6 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         decision = schedule(requests, views, now.timestamp(), policy,
                             usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
                             promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None})
-        if decision.placements:
-            queue.place([(p.job_id, p.nodes) for p in decision.placements], predicted_runtime_s=predicted, now=now)
-            for node_id in {n for p in decision.placements for n, _ in p.nodes}:
-                node_wake(node_id)
         by_id = {r.job_id: r for r in rows}
         changed = []
         for pend in decision.pending:
@@ -248,13 +244,16 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                                 per_node=settings.E31_PRESTAGE_PER_NODE, per_cycle=settings.E31_PRESTAGE_PER_CYCLE)
         for node_id in queue.prestage(plan, now=now):
             node_wake(node_id)
+        if decision.placements:
+            # The meter starts when the lease exists (issue 12 item 1): the rent is the cycle's last
+            # write, stamped once, by a clock read after every other write and once the lease
+            # tables' locks are held (a caller's frozen clock stamps as given), so no wait is billed.
+            queue.place([(p.job_id, p.nodes) for p in decision.placements], predicted_runtime_s=predicted,
+                        now=now if frozen else None)
+            for node_id in {n for p in decision.placements for n, _ in p.nodes}:
+                node_wake(node_id)
         seconds = time.monotonic() - started
         _keep_cycle_stat(now, policy.name, seconds, len(rows), len(decision.placements))
-        if decision.placements and not frozen:
-            # The meter starts when the lease exists (issue 12 item 1): every wait inside this
-            # cycle (a lock on the lease table, a slow write) is over; stamp the rent now, just
-            # before the commit, so none of it is billed.
-            queue.restamp_rent([p.job_id for p in decision.placements], now, timezone.now())
     log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, "
             "%d rows rewritten, %.1f ms", len(decision.placements), len(decision.pending), len(changed),
             seconds * 1000)

@@ -76,10 +76,11 @@ class JobQueue(Protocol):
         ...
 
     def place(self, placements: Sequence[tuple[int, Sequence[tuple[int, Sequence[int]]]]], *,
-              predicted_runtime_s: Mapping[int, float], now: datetime) -> None:
+              predicted_runtime_s: Mapping[int, float], now: datetime | None = None) -> datetime:
         """Rent GPUs to queued jobs: ``placements`` is ``[(job_id, [(node_id, [gpu_id, ...]) by rank])]``.
-        Opens each job's leases (the meter starts at ``now``, ``predicted_runtime_s[job_id]`` kept for
-        planning) and moves the job to rented."""
+        Opens each job's leases (``predicted_runtime_s[job_id]`` kept for planning) and moves the job
+        to rented. The meter starts at ``now`` when given (a frozen clock), else at the clock read
+        once the locks the lease writes need are held; returns that rent time."""
         ...
 
     def prestage(self, reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
@@ -96,10 +97,6 @@ class JobQueue(Protocol):
 
     def write_positions(self, changed: Sequence[PositionChange]) -> None:
         """Store the changed queue places of still-queued jobs and push them to their owners."""
-        ...
-
-    def restamp_rent(self, job_ids: Sequence[int], stamped: datetime, at: datetime) -> None:
-        """Move the rent of the jobs just placed at ``stamped`` to ``at`` (leases, jobs, events)."""
         ...
 
 

@@ -7,9 +7,9 @@ import pytest
 from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
 from apps.jobs.services.submit import job_submit
+from apps.metering.lease import leases_end_lost, leases_release, leases_stop
 from apps.metering.models import GpuRate, Lease, LeaseGpu
 from apps.metering.receipts import job_receipt
-from apps.metering.services import leases_end_lost, leases_release, leases_stop
 from apps.scheduling.adapter import schedule_cycle
 
 from ..clock import T0 as T

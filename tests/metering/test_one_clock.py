@@ -12,8 +12,8 @@ from apps.agent_api.reports import agent_report
 from apps.jobs.models import Job
 from apps.jobs.services.submit import job_submit
 from apps.metering import billing
+from apps.metering.lease import leases_seen
 from apps.metering.models import Lease
-from apps.metering.services import leases_seen
 from apps.scheduling.adapter import schedule_cycle
 
 from ..factories import spec

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from apps.core.choices import NodeState
+from apps.metering.lease import leases_end_lost
 from apps.metering.reports import operator_report
-from apps.metering.services import leases_end_lost
 from apps.pool.models import NodeDowntime
 from apps.pool.services import node_register, nodes_mark_lost
 

@@ -58,7 +58,7 @@ def test_a_cycle_blocked_on_the_lease_table_bills_none_of_the_wait(owner, pool, 
     work = agent_work_for(lease.node)
     assert work["assignments"][0]["deadline_in_s"] > 60 - 1.5
     # a 3 s run ending now bills its 3 s, not the wait too
-    from apps.metering.services import leases_stop
+    from apps.metering.lease import leases_stop
 
     leases_stop(job=job, attempt=1, end=lease.rented_at + timedelta(seconds=3), reason="exit")
     assert Lease.objects.get(pk=lease.pk).billed_seconds == 3

@@ -15,7 +15,6 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponseRedirect, JsonResponse
-from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
@@ -59,16 +58,15 @@ from apps.artifacts.http import serve_file
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.artifacts.storage import is_direct, object_store
+from apps.core import clock
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
+from apps.jobs.services.attempts import attempts_heartbeat
 from apps.jobs.services.outputs import outputs_unmatched_record
-from apps.jobs.services.recovery import jobs_reconcile_heartbeat
 from apps.metering.models import Lease
-from apps.metering.services import fences_confirm, leases_seen
 from apps.pool.models import Node
 from apps.pool.notify import node_group
 from apps.pool.services import node_for_token, node_heartbeat, node_register
-from apps.scheduling.node_cache import node_cache_report
 
 AGENT_TAG = "agent"
 STALE = {"detail": "stale attempt", "code": ErrorCode.STALE_ATTEMPT.value}  # 409: match the code, not the words
@@ -124,19 +122,12 @@ class HeartbeatView(AgentView):
     def post(self, request):
         ser = HeartbeatSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        node_heartbeat(node=self.node, health=ser.validated_data.get("health"))
-        if "cached_inputs" in ser.validated_data:  # issue 14 item 5; older agents send none
-            node_cache_report(node_id=self.node.pk, inputs=ser.validated_data["cached_inputs"])
-        stops: list[dict[str, int]] = []
-        if "running" in request.data:
-            leases_seen(node=self.node, running=ser.validated_data["running"], now=timezone.now())
-            listed = {(r["job_id"], r["attempt"]) for r in ser.validated_data["running"]}
-            jobs_reconcile_heartbeat(node=self.node, running=ser.validated_data["running"],
-                                     min_age_s=2 * settings.E31_HEARTBEAT_S)
-            # fencing: attempts the server ended are stopped; fences of attempts no longer listed lift
-            fences_confirm(node=self.node, listed=listed, min_age_s=settings.E31_HEARTBEAT_S)
-            stops = ended_attempts(self.node, listed)
-        node = Node.objects.get(pk=self.node.pk)  # the state after this beat's reconciliation
+        data = ser.validated_data
+        running = data["running"] if "running" in request.data else None
+        node = attempts_heartbeat(node=self.node, health=data.get("health"), cached_inputs=data.get("cached_inputs"),
+                                  running=running, now=clock.now())
+        # fencing: attempts the server ended are stopped (read after the beat's reconciliation)
+        stops = ended_attempts(node, {(r["job_id"], r["attempt"]) for r in running}) if running is not None else []
         cancel = work_with_gang_stops(node)["cancel"]
         return Response({"cancel": cancel + [s for s in stops if s not in cancel], "state": node.state})
 

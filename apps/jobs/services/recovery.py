@@ -10,8 +10,8 @@ from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.state import TransitionError, transition
+from apps.metering.lease import leases_end_lost
 from apps.metering.models import Lease
-from apps.metering.services import leases_end_lost
 from apps.pool.models import Node
 from apps.pool.notify import node_wake
 

@@ -11,7 +11,7 @@ from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.services.usage import job_usage_record
 from apps.jobs.state import TransitionError, transition
-from apps.metering.services import leases_release, leases_stop
+from apps.metering.lease import leases_release, leases_stop
 from apps.pool.notify import node_wake
 
 
