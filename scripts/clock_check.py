@@ -35,16 +35,8 @@ FORBIDDEN = frozenset({
 })
 NOW_BY_DEFAULT = frozenset({"django.utils.timezone.localtime", "django.utils.timezone.localdate"})
 EXEMPT = frozenset({"apps/core/clock.py"})
-# Files rewritten on another branch, which converts them to apps.core.clock; remove each at the merge.
-ALLOWED = frozenset({
-    "apps/agent_api/reports.py",  # merge: attempt branch
-    "apps/agent_api/api/views.py",  # merge: attempt branch
-    "apps/metering/services.py",  # merge: attempt branch
-    "apps/pool/services.py",  # merge: attempt branch
-    "apps/artifacts/services.py",  # merge: attempt branch
-    "apps/artifacts/direct.py",  # merge: attempt branch
-    "apps/scheduling/adapter.py",  # merge: attempt branch
-})
+# Files allowed to read the wall clock directly (none: every module reads apps.core.clock).
+ALLOWED: frozenset[str] = frozenset()
 
 
 def _bound_names(tree: ast.Module) -> dict[str, str]:

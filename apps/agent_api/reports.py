@@ -25,7 +25,7 @@ from apps.jobs.services.attempts import (
     attempt_staging,
 )
 from apps.jobs.services.logs import log_append
-from apps.metering.models import Lease
+from apps.metering.selectors import Lease, lease_of_attempt  # Lease: the row's type, for hints
 from apps.pool.models import Node
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ def lease_for(node: Node, job_id: int, attempt: int) -> Lease:
         Job.DoesNotExist: the job has no lease of that attempt on this node (answered 404).
         StaleAttempt: the lease or the attempt is over (answered 409).
     """
-    lease = (Lease.objects.select_related("job").filter(node=node, job_id=job_id, attempt=attempt)
-             .first())
+    lease = lease_of_attempt(node=node, job_id=job_id, attempt=attempt)
     if lease is None:
         raise Job.DoesNotExist
     if lease.released_at is not None or lease.job.attempt != attempt:

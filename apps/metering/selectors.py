@@ -48,6 +48,11 @@ def usage_leases(*, user, start: datetime | None = None, end: datetime | None = 
     return qs.order_by("-rented_at", "-id")
 
 
+def lease_of_attempt(*, node: Node, job_id: int, attempt: int) -> Lease | None:
+    """``node``'s lease of attempt ``attempt`` of job ``job_id`` (its job read), or None."""
+    return Lease.objects.select_related("job").filter(node=node, job_id=job_id, attempt=attempt).first()
+
+
 def leases_on(node: Node) -> QuerySet[Lease]:
     """Every lease of ``node``, open or released, of any attempt (callers filter further)."""
     return Lease.objects.filter(node=node)

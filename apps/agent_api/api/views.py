@@ -63,7 +63,7 @@ from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
 from apps.jobs.services.attempts import attempts_heartbeat
 from apps.jobs.services.outputs import outputs_unmatched_record
-from apps.metering.models import Lease
+from apps.metering.selectors import Lease, lease_of_attempt  # Lease: the row's type, for hints
 from apps.pool.models import Node
 from apps.pool.notify import node_group
 from apps.pool.services import node_for_token, node_heartbeat, node_register
@@ -97,7 +97,7 @@ class AgentView(APIView):
             attempt = int(self.request.query_params.get("attempt", ""))
         except ValueError:
             raise Http404 from None
-        lease = Lease.objects.select_related("job").filter(node=self.node, job_id=job_id, attempt=attempt).first()
+        lease = lease_of_attempt(node=self.node, job_id=job_id, attempt=attempt)
         if lease is None:
             raise Http404
         return lease
