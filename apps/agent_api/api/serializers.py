@@ -233,6 +233,13 @@ class AssignmentSerializer(serializers.Serializer):
     array_index = serializers.IntegerField(allow_null=True)
     array_size = serializers.IntegerField(allow_null=True)
     input_scope = InputScopeSerializer(required=False)
+    # Issue 23: only to the node holding the attempt; the agent keeps them in memory only.
+    secrets = serializers.DictField(child=serializers.CharField(), required=False,
+                                    help_text="work.secrets: name -> value, into the job's environment.")
+    credentials = serializers.DictField(child=serializers.CharField(), required=False,
+                                        help_text="data[i].credentials: secret name -> storage options JSON.")
+    start_refused = serializers.CharField(required=False,
+                                          help_text="The attempt fails at its start (start_failed) with this reason.")
 
 
 class DataInputSerializer(serializers.Serializer):
@@ -240,6 +247,7 @@ class DataInputSerializer(serializers.Serializer):
     target = serializers.CharField()
     sha256 = serializers.CharField(allow_null=True, required=False)
     extract = serializers.BooleanField(required=False)
+    credentials = serializers.CharField(required=False, help_text="The name of the owner's secret for this source.")
 
 
 class PrestageOfferSerializer(serializers.Serializer):
