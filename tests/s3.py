@@ -56,6 +56,9 @@ def s3_endpoint() -> Iterator[str]:
                 time.sleep(0.1)
         else:
             raise RuntimeError("moto_server did not answer in 30 s")
+        # Agents started from here on may read it with a tenant's credentials (endpoint_url): a loopback
+        # endpoint is refused unless the operator allows it (e31_agent.credentials.endpoint_check).
+        os.environ["E31_DATA_ENDPOINTS_ALLOWED"] = f"127.0.0.1:{port}"
         yield url
     finally:
         proc.terminate()

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import secrets as _secrets
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 _NODE_KEY = _secrets.token_bytes(32)  # per agent process: an id means nothing off this node
 
 S3_OPTIONS = frozenset({"key", "secret", "token", "endpoint_url", "region_name"})
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 
 
 class CredentialsError(ValueError):
@@ -47,6 +51,46 @@ def node_identity_allowed(url: str, prefixes: tuple[str, ...] | None = None) -> 
         if url == prefix.rstrip("/") or url.startswith(_normal_prefix(prefix)):
             return True
     return False
+
+
+def endpoints_allowed() -> frozenset[str]:
+    """``E31_DATA_ENDPOINTS_ALLOWED``: ``host:port`` of S3-compatible endpoints the operator lets
+    tenants name whatever their address (a store on the site's own network, a test server)."""
+    return frozenset(p.strip().lower() for p in os.environ.get("E31_DATA_ENDPOINTS_ALLOWED", "").split(",")
+                     if p.strip())
+
+
+def endpoint_check(endpoint: object) -> str:
+    """``endpoint`` if a tenant may name it as an ``endpoint_url``: one the operator allows
+    (:func:`endpoints_allowed`), else ``https://`` to a host whose every address is public. The
+    agent fetches with the host's network, outside the job's sandbox: an endpoint on a private,
+    loopback or link-local address (the cloud metadata service at 169.254.169.254) would be a
+    request forgery from the node.
+
+    Raises:
+        CredentialsError: the endpoint is not one of those.
+    """
+    if not isinstance(endpoint, str):
+        raise CredentialsError("its s3 credentials' endpoint_url is not a URL")
+    parts = urlsplit(endpoint)
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise CredentialsError("its s3 credentials' endpoint_url has a bad port") from None
+    if not host or parts.scheme not in ("http", "https"):
+        raise CredentialsError("its s3 credentials' endpoint_url is not an http(s) URL")
+    if f"{host}:{port}" in endpoints_allowed():
+        return endpoint
+    if parts.scheme != "https":
+        raise CredentialsError("its s3 credentials' endpoint_url must be https://")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        raise CredentialsError("its s3 credentials' endpoint_url names a host that does not resolve") from None
+    if not addresses or not all(ipaddress.ip_address(a.split("%", 1)[0]).is_global for a in addresses):
+        raise CredentialsError("its s3 credentials' endpoint_url is not on a public address")
+    return endpoint
 
 
 def storage_options(url: str, credentials_json: str | None, *,
@@ -73,11 +117,15 @@ def storage_options(url: str, credentials_json: str | None, *,
         unknown = set(options) - S3_OPTIONS
         if unknown:
             raise CredentialsError(f"its s3 credentials have unknown options: {', '.join(sorted(unknown))}")
-        out: dict[str, Any] = {k: v for k, v in options.items() if k in ("key", "secret", "token", "endpoint_url")}
+        out: dict[str, Any] = {k: v for k, v in options.items() if k in ("key", "secret", "token")}
+        if "endpoint_url" in options:
+            out["endpoint_url"] = endpoint_check(options["endpoint_url"])
         if options.get("region_name"):
             out["client_kwargs"] = {"region_name": options["region_name"]}
         out["anon"] = False
         return out
+    if options.get("token_uri", GOOGLE_TOKEN_URI) != GOOGLE_TOKEN_URI:  # a POST to any URL from the node
+        raise CredentialsError(f"its gs credentials' token_uri must be {GOOGLE_TOKEN_URI}")
     return {"token": options}  # a service-account JSON, as a dict (gcsfs)
 
 

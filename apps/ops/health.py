@@ -7,7 +7,11 @@ readiness split is the model: https://kubernetes.io/docs/reference/using-api/hea
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from django.conf import settings
 from django.core.files.storage import default_storage
@@ -17,7 +21,11 @@ from django.db.migrations.executor import MigrationExecutor
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_S = 1.0
+ANSWER_KEPT_S = 2.0  # one answer serves every probe for this long: a flood of /readyz costs one check
 _schema_current = False  # once the schema is current it stays so for this process (a deploy starts new ones)
+_storage_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="readyz-storage")
+_kept: tuple[float, dict[str, bool]] | None = None
+_kept_lock = threading.Lock()
 
 
 def database_answers() -> bool:
@@ -43,8 +51,13 @@ def redis_answers() -> bool:
 
 
 def storage_answers() -> bool:
-    """The default storage (file system or S3) answers a lookup of a name that need not exist."""
-    default_storage.exists("readyz-probe")
+    """The default storage (file system or S3) answers a lookup of a name that need not exist, within
+    :data:`CHECK_TIMEOUT_S` (boto's own timeouts are far longer; a lookup still running is waited
+    on by the next check, never started twice)."""
+    try:
+        _storage_pool.submit(default_storage.exists, "readyz-probe").result(timeout=CHECK_TIMEOUT_S)
+    except FutureTimeout:
+        return False
     return True
 
 
@@ -66,7 +79,18 @@ CHECKS: dict[str, Callable[[], bool]] = {
 
 
 def readiness() -> dict[str, bool]:
-    """Every check by name, ``True`` where it passed; a check that raises counts as failed (logged)."""
+    """Every check by name, ``True`` where it passed; a check that raises counts as failed (logged).
+    An answer is kept :data:`ANSWER_KEPT_S` seconds and probes meanwhile share it."""
+    global _kept
+    with _kept_lock:
+        if _kept is not None and time.monotonic() - _kept[0] < ANSWER_KEPT_S:
+            return dict(_kept[1])
+        results = _run_checks()
+        _kept = (time.monotonic(), results)
+        return dict(results)
+
+
+def _run_checks() -> dict[str, bool]:
     results: dict[str, bool] = {}
     for name, check in CHECKS.items():
         try:

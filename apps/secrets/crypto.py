@@ -60,11 +60,19 @@ def _file_keys() -> list[bytes]:
 
 
 def keys() -> list[bytes]:
-    """The Fernet keys, the encrypting one first (module docstring)."""
+    """The Fernet keys, the encrypting one first (module docstring).
+
+    Raises:
+        SecretsKeyError: the key file cannot be read or made (the heartbeat and the work answer
+            treat it as "this attempt cannot start", never a 500).
+    """
     configured = settings.E31_SECRETS_KEY
     if configured:
         return [k.strip().encode() for k in configured.split(",") if k.strip()]
-    return _file_keys()
+    try:
+        return _file_keys()
+    except OSError as exc:  # unreadable or unwritable: the secrets are closed, the rest of the site is not
+        raise SecretsKeyError(f"the secrets key file cannot be read: {exc.strerror}") from None
 
 
 def cipher() -> MultiFernet:

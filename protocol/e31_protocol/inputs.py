@@ -33,6 +33,8 @@ import hmac
 import json
 from urllib.parse import unquote, urlsplit
 
+from .redact import redact_text
+
 IDENTITY_PREFIX = "in1-"
 IDENTITY_HEX = 40  # hex digits of the SHA-256 kept: 160 bits
 KEYED_HEX = 32  # hex digits of an HMAC-SHA256 kept by keyed_id: 128 bits
@@ -114,17 +116,9 @@ def source_credentials(source: str) -> str | None:
 
 def display_source(source: str) -> str:
     """``source`` fit for a log, an index file or a page: userinfo and signature parameter values
-    shown as ``***`` (``https://***@host/x?X-Amz-Signature=***``); everything else as written."""
-    if is_upload(source) or source_credentials(source) is None:
-        return source
-    parts = urlsplit(source.strip())
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        (piece.split("=", 1)[0] + "=" + REDACTED) if _signed(piece.split("=", 1)[0]) else piece
-        for piece in parts.query.split("&")) if parts.query else ""
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    shown as ``***`` (``https://***@host/x?X-Amz-Signature=***``); everything else as written. The
+    one redaction rule, :func:`e31_protocol.redact.redact_text`."""
+    return source if is_upload(source) else redact_text(source)
 
 
 def keyed_id(key: bytes, purpose: str, value: str | bytes) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote
 
 MASK = "***"
 
@@ -23,14 +24,15 @@ SECRET_PARAMS = frozenset(p.lower() for p in (
     "Key-Pair-Id", "Policy", "api_key", "apikey", "key", "password", "secret", "auth",
 ))
 
-# scheme://userinfo@ : the userinfo ends at the last @ before the path (no / ? # in it)
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s\"'<>]+)@")
-# name=value in a query (after ? or &, also &amp; in HTML-escaped text)
-_PARAM = re.compile(r"(?P<lead>[?&;])(?P<name>[A-Za-z0-9_.-]+)=(?P<value>[^&#\s\"'<>]*)")
+# scheme://userinfo@ : the userinfo ends at the LAST @ before the path (no / ? # in it), so a password
+# holding an @ (``https://bob:p@ss@host``) is masked whole
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s\"'<>]+)@")
+# name=value in a query (after ? or &, also &amp; in HTML-escaped text); a name may be percent-encoded
+_PARAM = re.compile(r"(?P<lead>[?&;])(?P<name>[A-Za-z0-9_.%-]+)=(?P<value>[^&#\s\"'<>]*)")
 
 
 def _param(match: re.Match[str]) -> str:
-    if match.group("name").lower() in SECRET_PARAMS and match.group("value"):
+    if unquote(match.group("name")).lower() in SECRET_PARAMS and match.group("value"):
         return f"{match.group('lead')}{match.group('name')}={MASK}"
     return match.group(0)
 

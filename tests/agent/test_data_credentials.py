@@ -80,3 +80,22 @@ def test_credentials_not_sent_to_the_node_fail_naming_the_input(tmp_path, privat
     with pytest.raises(StagingError) as err:
         _stager(tmp_path).stage([DataItem(source=private_object, credentials="MISSING")])
     assert str(err.value).startswith("data[0]: ") and "MISSING" in str(err.value)
+
+
+@pytest.mark.parametrize("endpoint", ["http://169.254.169.254", "https://169.254.169.254", "https://127.0.0.1:9",
+                                      "https://10.0.0.1", "file:///etc/passwd", "https://[::1]:443"])
+def test_an_endpoint_on_a_private_address_is_refused_a_request_forgery_from_the_node(tmp_path, endpoint, monkeypatch):
+    monkeypatch.delenv("E31_DATA_ENDPOINTS_ALLOWED", raising=False)
+    creds = json.dumps({"key": "k", "secret": "s", "endpoint_url": endpoint})
+    with pytest.raises(StagingError) as err:
+        _stager(tmp_path, credentials={"EVIL": creds}).stage(
+            [DataItem(source="s3://latest/meta-data/iam/security-credentials/role", target="x", credentials="EVIL")])
+    assert str(err.value).startswith("data[0]: ") and "endpoint_url" in str(err.value)
+    assert creds not in str(err.value)
+
+
+def test_a_gs_token_uri_other_than_googles_is_refused(tmp_path):
+    creds = json.dumps({"type": "service_account", "token_uri": "http://169.254.169.254/"})
+    with pytest.raises(StagingError) as err:
+        _stager(tmp_path, credentials={"GS": creds}).stage([DataItem(source="gs://b/o", target="x", credentials="GS")])
+    assert "token_uri" in str(err.value)

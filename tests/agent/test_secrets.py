@@ -97,8 +97,10 @@ def test_secret_names_reach_a_container_by_name_only(tmp_path):
 
 
 
-def test_storage_options_anonymous_by_default_credentials_when_named_node_identity_when_allowed():
-    from e31_agent.credentials import credentials_id, storage_options
+def test_storage_options_anonymous_by_default_credentials_when_named_node_identity_when_allowed(monkeypatch):
+    from e31_agent.credentials import CredentialsError, credentials_id, storage_options
+
+    monkeypatch.setenv("E31_DATA_ENDPOINTS_ALLOWED", "e:80")  # the operator's: a plain-HTTP store allowed
 
     assert storage_options("s3://b/k", None, prefixes=()) == {"anon": True}
     assert storage_options("gs://b/k", None, prefixes=()) == {"token": "anon"}
@@ -108,9 +110,23 @@ def test_storage_options_anonymous_by_default_credentials_when_named_node_identi
     assert storage_options("s3://b/k", creds, prefixes=()) == {
         "key": "k", "secret": "s", "endpoint_url": "http://e", "client_kwargs": {"region_name": "eu-west-1"},
         "anon": False}
+    monkeypatch.delenv("E31_DATA_ENDPOINTS_ALLOWED")
+    with pytest.raises(CredentialsError, match="endpoint_url must be https"):
+        storage_options("s3://b/k", creds, prefixes=())
     sa = '{"type": "service_account", "private_key": "pk", "client_email": "a@b"}'
     assert storage_options("gs://b/k", sa, prefixes=())["token"]["client_email"] == "a@b"
     assert storage_options("https://h/k", None) == {}
     assert credentials_id(creds) == credentials_id(creds) != credentials_id(sa)
     assert len(credentials_id(creds)) == 64
     assert credentials_id(None) is None
+
+
+def test_every_secret_leaves_the_environment_a_file_would_keep_even_one_named_like_apptainers_prefix():
+    from e31_agent.job.launch import secret_env_split
+
+    env = {"PATH": "/bin", "HF_TOKEN": "v1", "APPTAINERENV_HF_TOKEN": "v1", "APPTAINERENV_X": "v2",
+           "APPTAINERENV_APPTAINERENV_X": "v2", "X": "not-a-secret"}
+    taken = secret_env_split(env, {"HF_TOKEN", "APPTAINERENV_X"})
+    assert taken == {"HF_TOKEN": "v1", "APPTAINERENV_HF_TOKEN": "v1", "APPTAINERENV_X": "v2",
+                     "APPTAINERENV_APPTAINERENV_X": "v2"}
+    assert env == {"PATH": "/bin", "X": "not-a-secret"}

@@ -51,7 +51,7 @@ def _e31(stack, token: str, *args: str, stdin: str | None = None) -> subprocess.
     return subprocess.run([E31, *args], env=env, input=stdin, capture_output=True, text=True, timeout=60)
 
 
-def test_secret_values_show_nowhere_but_as_a_name_in_the_log(stack, s3_endpoint):
+def test_secret_values_show_nowhere_but_as_a_name_in_the_log(s3_endpoint, stack):  # s3 first: its agents may read it
     from apps.tokens.services import token_issue
 
     user = UserFactory(username="e2e-secrets", email="e2e-secrets@example.com")

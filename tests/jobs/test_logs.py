@@ -163,3 +163,22 @@ def test_a_log_object_retention_deleted_reads_as_empty(api, job, django_capture_
     default_storage.delete(job.log_objects["1"]["name"])
     assert api.get(f"/api/v1/jobs/{job.pk}/logs/").content == b""
     assert _lines(api, job)["lines"] == []
+
+
+def test_an_open_line_of_one_stream_never_holds_the_whole_log_back():
+    """A stderr line left open (a progress bar with no newline) is cut once 10,000 lines wait behind
+    it, so the lines view holds a bounded number of lines (issue 26), and every byte is still shown."""
+    from datetime import UTC, datetime
+
+    from apps.jobs.services.logs import MAX_WAITING_LINES, LogPiece, line_records
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    bar = LogPiece(0, b"progress 1%", "stderr", at)
+    body = b"".join(b"row %d\n" % i for i in range(3 * MAX_WAITING_LINES))
+    rows = [LogPiece(len(bar.data) + o, body[o:o + 4096], "stdout", at) for o in range(0, len(body), 4096)]
+    records = line_records(iter([bar, *rows]))
+    first = next(records)
+    assert first == (0, "stderr", at, b"progress 1%", False)  # cut, not held to the end
+    rest = list(records)
+    assert len(rest) == 3 * MAX_WAITING_LINES
+    assert b"".join(r[3] + b"\n" for r in rest) == body

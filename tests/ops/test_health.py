@@ -3,6 +3,13 @@ import socket
 
 import pytest
 
+from apps.ops import health
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answer(monkeypatch):
+    monkeypatch.setattr(health, "_kept", None)  # each test sees its own checks, not a kept answer
+
 
 def test_it_answers_healthz_to_anyone(client):
     response = client.get("/healthz")
@@ -33,3 +40,11 @@ def test_it_is_not_ready_when_redis_does_not_answer_and_says_nothing_of_why(clie
 @pytest.mark.parametrize("method", ["post", "put", "delete"])
 def test_it_refuses_writes(client, method):
     assert getattr(client, method)("/readyz").status_code == 405
+
+
+def test_a_flood_of_probes_costs_one_check_per_two_seconds(client, db, monkeypatch):
+    calls = []
+    monkeypatch.setitem(health.CHECKS, "database", lambda: calls.append(1) or True)
+    for _ in range(50):
+        assert client.get("/readyz").status_code == 200
+    assert len(calls) == 1

@@ -68,3 +68,13 @@ def test_a_value_under_a_lost_key_fails_loudly(owner, settings):
     settings.E31_SECRETS_KEY = Fernet.generate_key().decode()
     with pytest.raises(crypto.SecretsKeyError):
         secret_values(owner_id=owner.pk, names=["ONE"])
+
+
+def test_an_unreadable_key_file_is_a_key_error_never_an_os_error(settings, tmp_path):
+    from apps.secrets import crypto
+
+    settings.E31_SECRETS_KEY = ""
+    settings.E31_SECRETS_KEY_FILE = str(tmp_path / "not-a-dir" / "secrets_key")
+    (tmp_path / "not-a-dir").write_text("a file where the key's directory should be")
+    with pytest.raises(crypto.SecretsKeyError, match="cannot be read"):
+        crypto.keys()

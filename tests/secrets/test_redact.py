@@ -35,3 +35,11 @@ def test_a_spec_is_redacted_in_every_string_and_keeps_its_shape():
     assert shown == {"name": "n", "work": {"command": "curl https://***@h/x", "secrets": ["HF_TOKEN"]},
                      "data": [{"source": "https://***@h/y", "sha256": None, "extract": True}]}
     assert spec["data"][0]["source"] == "https://u:p@h/y"  # the stored spec is not changed
+
+
+def test_a_password_holding_an_at_sign_and_a_percent_encoded_signature_name_are_masked_whole():
+    from e31_protocol.redact import redact_text
+
+    shown = redact_text("https://bob:p@ss@host/x?a=1&X%2DAmz%2DSignature=abc&b=2")
+    assert shown == "https://***@host/x?a=1&X%2DAmz%2DSignature=***&b=2"
+    assert "ss@" not in shown and "abc" not in shown

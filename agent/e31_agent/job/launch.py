@@ -45,6 +45,15 @@ class LaunchJob:
     sandbox: Sandbox | None = None
 
 
+def secret_env_split(env: dict[str, str], secret_names: set[str]) -> dict[str, str]:
+    """Take the secrets' values out of ``env`` (they go to the shim by pipe, never into a file or an
+    argv); returns them. A secret is under its name, or as apptainer's runtime passes it
+    (``APPTAINERENV_NAME``); a secret whose own name starts with the prefix is matched whole."""
+    prefix = "APPTAINERENV_"
+    return {k: env.pop(k) for k in list(env)
+            if k in secret_names or (k.startswith(prefix) and k[len(prefix):] in secret_names)}
+
+
 def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
     """Start ``job``'s command in ``job_dir``; returns the started process.
 
@@ -83,7 +92,7 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
     else:
         launch = container.plain(a.spec.command)
     env.update(launch.env)
-    secret_env = {k: env.pop(k) for k in list(env) if k.removeprefix("APPTAINERENV_") in secret_names}
+    secret_env = secret_env_split(env, secret_names)
     limits = job_limits(a, job.limits, job.job_user, cgroup=run_cgroup(job))
     if job.sandbox is not None:
         nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if job.real_gpus and a.gpu_indices else []

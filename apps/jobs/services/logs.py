@@ -213,13 +213,15 @@ class LogLine:
 
 
 LineRecord = tuple[int, str, "datetime | None", bytes, bool]  # start, stream, at, bytes, newline
+MAX_WAITING_LINES = 10_000  # complete lines held back behind one still open, at most (then it is cut)
 
 
 def line_records(pieces: Iterable[LogPiece]) -> Iterator[LineRecord]:
     """The lines of ``pieces`` (in offset order) as ``(first byte, stream, at, bytes, newline)``, in
     order of their first byte, one at a time. A line a stream leaves open is continued by that
     stream's next piece (stdout and stderr interleave without mixing). Memory: the lines still open
-    (one per stream) and those complete but not yet in order behind them, never the whole log."""
+    (one per stream) and at most :data:`MAX_WAITING_LINES` complete lines behind them (past that
+    the open lines are cut where they stand), never the whole log."""
     open_: dict[str, tuple[int, datetime | None, list[bytes]]] = {}
     ready: list[tuple[int, int, LineRecord]] = []  # a heap by first byte
     seq = 0
@@ -237,6 +239,15 @@ def line_records(pieces: Iterable[LogPiece]) -> Iterator[LineRecord]:
             parts.append(rest)
         if parts:
             open_[piece.stream] = (start, at, parts)
+        if len(ready) > MAX_WAITING_LINES:
+            # A line one stream leaves open (a progress bar with no newline) would hold every later
+            # line of the others back: cut it here, as a line of its own (``newline`` False), and
+            # carry on its bytes as a new line.
+            for stream, (first, at_, parts_) in list(open_.items()):
+                if first < ready[0][0]:  # a line that holds the waiting ones back
+                    heapq.heappush(ready, (first, seq, (first, stream, at_, b"".join(parts_), False)))
+                    seq += 1
+                    del open_[stream]
         # A line starting before every line still open can no longer be overtaken: later pieces
         # only start lines after this one's end.
         horizon = min((first for first, _, _ in open_.values()), default=None)
