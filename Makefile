@@ -7,6 +7,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Test services: the real PostgreSQL and Redis of this machine (.ci/run starts them).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/e31
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+TEST_E2E_REDIS_DB ?= 14
+# Two pytest-xdist workers (this machine has 2 cores), a module (file) per worker at a time, so a
+# module's shared live stack stays on one; each worker on its own database and Redis numbers
+# (tests/workers.py: gw0 Redis 15 and 14, gw1 13 and 12). TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint bench clean
 
@@ -36,8 +41,8 @@ lint: $(VENV)/.installed
 	$(PY) scripts/clock_check.py
 
 test: $(VENV)/.installed lint
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) E31_CELERY_EAGER=1 \
-		$(VENV)/bin/pytest
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) E31_E2E_REDIS_DB=$(TEST_E2E_REDIS_DB) \
+		E31_CELERY_EAGER=1 $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 bench: $(VENV)/.installed
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/run_all.py

@@ -3,12 +3,40 @@ import socket
 import threading
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
+from . import workers
 from .clock import frozen_clock  # noqa: F401  (a fixture for every test)
 from .cycles import HarnessCycles
-from .factories import UserFactory, node_with_gpus
+from .factories import UserFactory, node_with_gpus, seed_rates
 from .s3 import s3_endpoint, s3_storage  # noqa: F401  (fixtures: a real S3-compatible server, tests/s3.py)
+
+workers.use_worker_redis()  # under pytest-xdist: this worker's Redis numbers (tests/workers.py)
+
+
+if workers.WORKER:
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_db_setup, django_db_blocker):
+        """pytest-django's test database (``test_<name>_gwN`` under xdist), its ids from this worker's
+        offset (tests/workers.py)."""
+        with django_db_blocker.unblock():
+            workers.offset_sequences(connection)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_rates(request):
+    """A test with the database finds the GPU rates the migrations seed (``metering/0002``), as a
+    fresh test database has them: a ``transactional_db`` test before it emptied every table. Serially
+    pytest-django runs those last; under pytest-xdist a worker runs module after module, so a module's
+    ``db`` tests may come after another module's table truncation."""
+    if not (request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames)):
+        return
+    request.getfixturevalue("db")  # transactional when the test asks for it (pytest-django decides)
+    from apps.metering.models import GpuRate
+
+    if not GpuRate.objects.exists():
+        seed_rates()
 
 
 @pytest.fixture
@@ -85,3 +113,12 @@ def silent_mail_server():
     for conn in held:
         conn.close()
     server.close()
+
+
+def pytest_collection_modifyitems(items):
+    """The modules that start real processes (marked ``e2e``, the slowest: 10 s to minutes each) run
+    first, so that under pytest-xdist (``--dist loadfile``) they spread over both workers from the
+    start and the quick modules fill in after, instead of one worker running the last live modules
+    alone. A module's tests stay together and in their order."""
+    live_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in live_files)

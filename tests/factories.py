@@ -75,5 +75,10 @@ def flush_database() -> None:
     """Empty every table as ``transactional_db`` does, then put back what the migrations seed (the
     default GPU rates of ``metering/0002``), so the tests that run after a module-scoped live stack
     find the database a fresh test database would be."""
-    call_command("flush", interactive=False, verbosity=0)
+    call_command("flush", interactive=False, verbosity=0, reset_sequences=False)  # ids go on (tests/workers.py)
+    seed_rates()
+
+
+def seed_rates() -> None:
+    """Put back the default GPU rates that ``metering/0002`` seeds (a flush removed them)."""
     import_module("apps.metering.migrations.0002_default_rates").add_rates(django_apps, None)

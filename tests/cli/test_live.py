@@ -138,8 +138,12 @@ def test_get_downloads_verifies_and_unpacks_every_example(live, examples, tmp_pa
 def test_get_resumes_a_cut_download_and_refuses_a_corrupt_one(live, examples, tmp_path):
     job = examples["training"]["jobs"][0]
     bundle = job["bundle"]
-    whole = httpx.get(f"{live.url}/api/v1/jobs/{job['id']}/bundle/",
-                      headers={"Authorization": f"Token {live.token}"}).content
+    # The CLI's own 60 s, not httpx's default 5 s: on a loaded machine (load 8-17 under a fresh clone's
+    # `make test`) the web process can take longer than 5 s to start streaming the bundle.
+    got = httpx.get(f"{live.url}/api/v1/jobs/{job['id']}/bundle/",
+                    headers={"Authorization": f"Token {live.token}"}, timeout=60)
+    assert got.status_code == 200 and len(got.content) == bundle["size_bytes"], (got.status_code, len(got.content))
+    whole = got.content
     part = tmp_path / "out" / f".job-{job['id']}-bundle-rank0-{bundle['sha256'][:12]}.part"
     part.parent.mkdir()
     half = len(whole) // 2
@@ -219,7 +223,7 @@ def test_logs_of_one_stream_and_the_page_search(live, tmp_path):
     lines = json.loads(live.e31("--json", "logs", str(job_id)).stdout.splitlines()[0])
     assert "out 1" in lines["text"]
     page = httpx.get(f"{live.url}/api/v1/jobs/{job_id}/logs/", params={"q": "a.b"},
-                     headers={"Authorization": f"Token {live.token}"}).json()
+                     headers={"Authorization": f"Token {live.token}"}, timeout=60).json()
     assert [(x["stream"], x["text"]) for x in page["lines"]] == [("stderr", "err a.b")]
     assert page["lines"][0]["at"] and page["compacted"]  # released: read from the storage object
 

@@ -1,4 +1,4 @@
-"""Fixtures of the pool tests: node-a's agent, registered, as an API client with its node token."""
+"""Fixtures of the agent-API tests: node-a's agent, registered, as an API client with its node token."""
 import pytest
 from rest_framework.test import APIClient
 
