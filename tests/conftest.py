@@ -30,8 +30,11 @@ def _seeded_rates(request):
     fresh test database has them: a ``transactional_db`` test before it emptied every table. Serially
     pytest-django runs those last; under pytest-xdist a worker runs module after module, so a module's
     ``db`` tests may come after another module's table truncation."""
-    if not (request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames)):
+    marker = request.node.get_closest_marker("django_db")
+    if not (marker or {"db", "transactional_db"} & set(request.fixturenames)):
         return
+    if marker is not None and marker.kwargs.get("databases") == []:
+        return  # django_db(databases=[]): a test that must not touch the database at all
     request.getfixturevalue("db")  # transactional when the test asks for it (pytest-django decides)
     from apps.metering.models import GpuRate
 

@@ -129,7 +129,9 @@ def test_get_downloads_verifies_and_unpacks_every_example(live, examples, tmp_pa
         assert r.returncode == 0, r.stdout + r.stderr
         got = json.loads(r.stdout)["bundles"][0]
         assert got["sha256"] == job["bundle"]["sha256"] and got["files"]
-        for entry in job["bundle"]["files"]:  # the API's manifest, checked again here
+        assert "files" not in job["bundle"] and job["bundle"]["files_url"]  # `ls` lists, never inlines a manifest
+        shown = json.loads(live.e31("--json", "status", str(job["id"])).stdout)  # one job: its manifest
+        for entry in shown["bundle"]["files"]:  # the API's manifest, checked again here
             data = (tmp_path / name / entry["path"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == entry["sha256"], entry["path"]
         assert not list((tmp_path / name).glob(".job-*"))  # no archive or part left behind
