@@ -124,4 +124,12 @@ def pytest_collection_modifyitems(items):
     start and the quick modules fill in after, instead of one worker running the last live modules
     alone. A module's tests stay together and in their order."""
     live_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in live_files)
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in FIRST_IN_THEIR_PROCESS,
+                                 item.nodeid.split("::")[0] not in live_files))
+
+
+# Modules that run first, in a process no other module has used: test_live_consumers drives the ASGI
+# app in-process (asgiref's sync-to-async executors); after other modules in the same process it was
+# seen to hang 60 s in its first session lookup (twice in about five whole runs, never alone or
+# first; the cause is not found yet: issue 22 note).
+FIRST_IN_THEIR_PROCESS = frozenset({"tests/web/test_live_consumers.py"})
