@@ -14,8 +14,9 @@ from urllib.parse import parse_qs, urlparse
 import dj_database_url
 from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, HealthSource, PrestageState, ReportType
 
+from apps.core.secretfile import read_or_create
+
 from .env import env_bool, env_float, env_int, env_list, env_str
-from .secretfile import read_or_create
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Files at rest (issue 11): everything the site writes (var/, the SQLite file,

@@ -33,6 +33,7 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from apps.agent_api.tasks import sweep_storage_task
+from apps.core.secretfile import read_or_create
 from apps.jobs.operator import jobs_holding, jobs_stop_holding
 from apps.jobs.tasks import node_watch_task
 from apps.live.push import set_local_loop
@@ -40,7 +41,6 @@ from apps.metering.tasks import budget_alerts_task
 from apps.pool.services import node_token_issue
 from apps.scheduling.cycle_loop import CycleLoop, cycle_wanted, set_runner
 from e31site.asgi import application
-from e31site.secretfile import read_or_create
 
 log = logging.getLogger("e31.standalone")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 
+from apps.core.secretfile import read_or_create
+
 
 class SecretsKeyError(Exception):
     """No usable key: ``E31_SECRETS_KEY`` is malformed, or a token opens under none of the keys."""
@@ -43,20 +45,9 @@ def _file_keys() -> list[bytes]:
     """The key file's keys; on first use a new key, linked into place so processes starting at once
     (web, worker) all take the one the first link made."""
     path = key_file()
-    if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(Fernet.generate_key().decode() + "\n")
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass  # another process made it first: use theirs
-        finally:
-            os.unlink(tmp)
-    path.chmod(0o600)
-    return [line.strip().encode() for line in path.read_text().splitlines() if line.strip()]
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    text = read_or_create(path, make=lambda: Fernet.generate_key().decode() + "\n")
+    return [line.strip().encode() for line in text.splitlines() if line.strip()]
 
 
 def keys() -> list[bytes]:

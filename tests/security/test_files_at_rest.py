@@ -64,7 +64,7 @@ def test_processes_starting_at_once_on_a_fresh_var_dir_all_read_one_secret_key(t
 def test_a_process_that_loses_the_race_for_a_secret_uses_the_winners(tmp_path, monkeypatch):
     """The interleaving the test above can only hope to hit: another process creates the file
     between this one's check and its own link; this one then reads the other's secret."""
-    from e31site import secretfile
+    from apps.core import secretfile
 
     path = tmp_path / "secret_key"
     real_link = os.link

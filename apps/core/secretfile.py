@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
-def read_or_create(path: Path, nbytes: int) -> str:
-    """The secret in ``path``; if there is none, a new one of ``nbytes`` random bytes (URL-safe text).
+def read_or_create(path: Path, nbytes: int = 32, *, make: Callable[[], str] | None = None) -> str:
+    """The secret in ``path``; if there is none, a new one: ``make()``, or ``nbytes`` random bytes
+    (URL-safe text). Used for the site's secret key, the demo password, the metrics token and the
+    secrets' Fernet key (``apps/secrets/crypto.py``).
 
     The new secret is written whole to a private temporary file (0600) next to ``path`` and linked
     into place, so processes starting at once (web, worker, agents' launcher) all read the one
@@ -22,7 +25,7 @@ def read_or_create(path: Path, nbytes: int) -> str:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(nbytes))
+                fh.write(make() if make else secrets.token_urlsafe(nbytes))
             try:
                 os.link(tmp, path)
             except FileExistsError:
