@@ -15,7 +15,7 @@ from .s3 import s3_endpoint, s3_storage  # noqa: F401  (fixtures: a real S3-comp
 workers.use_worker_redis()  # under pytest-xdist: this worker's Redis numbers (tests/workers.py)
 
 
-if workers.WORKER:
+if workers.ID_OFFSET:
     @pytest.fixture(scope="session")
     def django_db_setup(django_db_setup, django_db_blocker):
         """pytest-django's test database (``test_<name>_gwN`` under xdist), its ids from this worker's

@@ -20,7 +20,8 @@ import os
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1"...; "" without xdist
 INDEX = int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
-ID_OFFSET = (INDEX + 1) * 1_000_000 if WORKER else 0
+# E31_TEST_ID_OFFSET: another whole run on this machine at once (a second checkout) takes its own range.
+ID_OFFSET = int(os.environ.get("E31_TEST_ID_OFFSET", "0")) + ((INDEX + 1) * 1_000_000 if WORKER else 0)
 DEFAULT_E2E_REDIS_DB = 14
 
 
@@ -75,7 +76,7 @@ def e2e_redis_url() -> str:
 
 
 def offset_sequences(connection) -> None:
-    """Start every sequence of the test database at :data:`ID_OFFSET` (PostgreSQL; no-op without xdist)."""
+    """Start every sequence of the test database at :data:`ID_OFFSET` (PostgreSQL; no-op at offset 0)."""
     if not ID_OFFSET or connection.vendor != "postgresql":
         return
     with connection.cursor() as cur:

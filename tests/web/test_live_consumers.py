@@ -85,12 +85,17 @@ def ids_in(html: str) -> list[str]:
 
 
 async def refused(path: str, cookie: bytes | None = None) -> bool:
+    """True when the socket is closed before the handshake completes.
+
+    The application is always told the socket is gone and awaited to its end,
+    as a server does: left running, it was cancelled when the scenario's event
+    loop closed, and a cancel landing inside the sync consumer's thread hop
+    hung that close (60 s, twice in about five whole runs).
+    """
     comm = communicator(path, cookie)
     connected, _ = await comm.connect()
-    if connected:
-        await comm.disconnect()
-        return False
-    return True
+    await comm.disconnect()
+    return not connected
 
 
 # --- who may connect ------------------------------------------------------
