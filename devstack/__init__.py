@@ -31,11 +31,17 @@ def web_command(host: str, port: int) -> list[str]:
     """The web process, as the ``Procfile`` runs it: uvicorn (HTTP bodies streamed to the app, not
     buffered whole as Daphne does, daphne#483; WebSockets through the ``websockets`` package).
     ``E31_WEB_ACCESS_LOG=1`` keeps uvicorn's access log (one line per request; benchmarks count
-    calls from it)."""
+    calls from it). Its shutdown is bounded: :data:`WEB_GRACEFUL_S` seconds for open requests."""
     access = ["--access-log", "--log-level", "info"] if os.environ.get("E31_WEB_ACCESS_LOG") == "1" else [
         "--no-access-log", "--log-level", "warning"]
     return [sys.executable, "-m", "uvicorn", "e31site.asgi:application", "--host", host, "--port", str(port),
-            "--lifespan", "off", "--ws", "websockets", *access]
+            "--lifespan", "off", "--ws", "websockets", "--timeout-graceful-shutdown", str(WEB_GRACEFUL_S), *access]
+
+
+# Seconds a web process waits for open requests and sockets on SIGTERM before it closes them (issue 26
+# item 6, as the Procfile's --timeout-graceful-shutdown): below LocalStack.stop's web_timeout, so a stop
+# ends in a clean exit rather than a SIGKILL.
+WEB_GRACEFUL_S = 2
 
 
 def free_port() -> int:

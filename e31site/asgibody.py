@@ -10,6 +10,12 @@ a whole buffer returns it without a copy). The body is already bounded by
 :mod:`e31site.bodylimit` (``DATA_UPLOAD_MAX_MEMORY_SIZE`` + 1 MiB, and only for a
 caller with a valid token past 64 KiB), so one chunk upload holds at most that
 much. Every other request is read as Django reads it.
+
+A body sent chunked (``Transfer-Encoding: chunked``, no ``Content-Length``) is read whole
+here like any other, but Django's and DRF's parsers take a missing ``Content-Length`` for an
+empty body: a chunked multipart upload was refused as "file required" (issue 26 item 7). Once
+the body is read, :meth:`BodyInMemoryASGIHandler.create_request` gives such a request the
+``CONTENT_LENGTH`` of the bytes actually received.
 """
 from __future__ import annotations
 
@@ -54,6 +60,24 @@ class BodyInMemoryASGIHandler(ASGIHandler):
             if not message.get("more_body", False):
                 break
         return io.BytesIO(b"".join(parts))
+
+    def create_request(self, scope, body_file):
+        """Django's request, with ``CONTENT_LENGTH`` (bytes) set from the body read when the
+        client sent none (a chunked body; see the module)."""
+        request, error_response = super().create_request(scope, body_file)
+        if request is not None and "CONTENT_LENGTH" not in request.META:
+            size = body_length(body_file)
+            if size:
+                request.META["CONTENT_LENGTH"] = str(size)
+        return request, error_response
+
+
+def body_length(body_file) -> int:
+    """The size in bytes of a body already read into ``body_file``, left at its start."""
+    body_file.seek(0, io.SEEK_END)
+    size = body_file.tell()
+    body_file.seek(0)
+    return size
 
 
 def get_asgi_application() -> BodyInMemoryASGIHandler:

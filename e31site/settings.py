@@ -187,7 +187,14 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)  # seconds; a mail server that never greets must not hold a worker
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "E31 Network <noreply@localhost>")
-E31_SITE_URL = env_str("E31_SITE_URL", "http://127.0.0.1:8031")  # links in e-mails
+# The site's public URL, for links in e-mails: E31_SITE_URL, else the standalone address on E31_PORT
+# (issue 26 item 7: a fixed 8031 sent every link elsewhere when E31_PORT was set).
+E31_PORT = env_int("E31_PORT", 8031)
+E31_SITE_URL = env_str("E31_SITE_URL", f"http://127.0.0.1:{E31_PORT}")
+# The notice reconcile mails a release whose e-mail is missing once it is older than SETTLE (seconds:
+# the on-release task's queue wait and EMAIL_TIMEOUT are far below it) and younger than WINDOW.
+E31_NOTICE_RECONCILE_SETTLE_S = env_float("E31_NOTICE_RECONCILE_SETTLE_S", 300.0)
+E31_NOTICE_RECONCILE_WINDOW_S = env_float("E31_NOTICE_RECONCILE_WINDOW_S", 86400.0)
 
 # Celery: https://docs.celeryq.dev/en/stable/userguide/configuration.html
 CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
@@ -206,6 +213,17 @@ CELERY_TASK_ROUTES = {"apps.scheduling.tasks.*": {"queue": "core"}, "apps.jobs.t
 # kills the worker child. https://docs.celeryq.dev/en/stable/userguide/workers.html#time-limits
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("E31_TASK_SOFT_TIME_LIMIT_S", 60)
 CELERY_TASK_TIME_LIMIT = env_int("E31_TASK_TIME_LIMIT_S", 90)
+# The tasks with limits of their own (seconds; apps/*/tasks.py read them): the daily storage sweep, and
+# the verification of a bundle uploaded straight to the object store (a 1 TB archive read at 50 MB/s).
+E31_SWEEP_SOFT_TIME_LIMIT_S, E31_SWEEP_TIME_LIMIT_S = 3600, 3900
+E31_BUNDLE_VERIFY_SOFT_TIME_LIMIT_S, E31_BUNDLE_VERIFY_TIME_LIMIT_S = 6 * 3600, 6 * 3600 + 60
+# With acks_late a Redis broker hands a task that is not acked within the visibility timeout (default
+# 1 h) to another worker, even while the first still runs it (issue 26): so it lies above the longest
+# hard limit, plus 10 min for the wait between delivery and start. A task whose worker died is
+# redelivered only after it; notices do not wait that long (apps/notices reconcile them).
+# https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
+E31_LONGEST_TASK_TIME_LIMIT_S = max(CELERY_TASK_TIME_LIMIT, E31_SWEEP_TIME_LIMIT_S, E31_BUNDLE_VERIFY_TIME_LIMIT_S)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": E31_LONGEST_TASK_TIME_LIMIT_S + 600}
 CELERY_BEAT_SCHEDULE = {
     "schedule-cycle": {
         "task": "apps.scheduling.tasks.schedule_cycle_task",
@@ -224,6 +242,11 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-storage": {
         "task": "apps.agent_api.tasks.sweep_storage_task",
         "schedule": env_float("E31_SWEEP_PERIOD_S", 86400.0),
+    },
+    # Release e-mails a lost or failed side task left unsent (issue 26; apps/notices/reconcile.py).
+    "notice-reconcile": {
+        "task": "apps.notices.tasks.release_emails_reconcile_task",
+        "schedule": env_float("E31_NOTICE_RECONCILE_PERIOD_S", 300.0),
     },
     # Unverified direct uploads to the object store that were given up (issue 15; apps/artifacts/direct.py).
     "storage-staging-sweep": {
@@ -384,11 +407,13 @@ LOGGING = {
 }
 
 # --- E31 policy (SPEC §2-§5); each overridable by E31_<NAME> ---------------
-E31_PORT = env_int("E31_PORT", 8031)
 E31_TIME_LIMIT_MAX_S = env_int("E31_TIME_LIMIT_MAX_S", 7 * 24 * 3600)
 E31_GRACE_S = env_int("E31_GRACE_S", 30)
 E31_HEARTBEAT_S = env_int("E31_HEARTBEAT_S", 10)
 E31_NODE_LOSS_TIMEOUT_S = env_int("E31_NODE_LOSS_TIMEOUT_S", 30)
+# A GPU with no lease and more memory in use than this (MiB) is quarantined (issue 26 item 3): an idle
+# data-centre GPU shows a few MiB to a few hundred (the driver, persistence mode).
+E31_GPU_IDLE_MEMORY_MIB = env_int("E31_GPU_IDLE_MEMORY_MIB", 1024)
 E31_MAX_ATTEMPTS = env_int("E31_MAX_ATTEMPTS", 2)
 E31_LOG_MAX_BYTES = env_int("E31_LOG_MAX_BYTES", 10 * 1024 * 1024)
 # Usage samples kept per job attempt and node rank (charts); past it the older ones are thinned.

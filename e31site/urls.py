@@ -13,6 +13,7 @@ from apps.jobs.api import urls as jobs_api_urls
 from apps.metering.api import urls as metering_api_urls
 from apps.pool.api import urls as pool_api_urls
 from apps.secrets.api import urls as secrets_api_urls
+from apps.tokens.api import urls as tokens_api_urls
 
 api_v1 = [
     *jobs_api_urls.urlpatterns,
@@ -20,6 +21,7 @@ api_v1 = [
     *pool_api_urls.urlpatterns,
     *artifacts_api_urls.urlpatterns,
     *secrets_api_urls.urlpatterns,
+    *tokens_api_urls.urlpatterns,
     *agent_api_urls.urlpatterns,
 ]
 

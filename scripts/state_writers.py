@@ -6,7 +6,7 @@ Each stateful model has one writer (docs/architecture.md):
 - a job's state, outcome, end and the stamps of its moves: :mod:`apps.jobs.state` only;
 - every field of a lease (its state, stamps, meter figures) and its GPUs' ``open``, and the
   making of lease rows: :mod:`apps.metering.lease` only;
-- a node's state: :mod:`apps.pool.state` only.
+- a node's state and a GPU's quarantine: :mod:`apps.pool.state` only.
 
 The check reads the syntax tree of every module under the given folders (default ``apps/``,
 migrations aside) and names file and line of each write elsewhere:
@@ -43,6 +43,7 @@ LEASE_ONLY = frozenset({"accepted_at", "seen_at", "billed_seconds", "charged", "
                         "fence_lifted_at"})  # fields no other model has: they name the model of a queryset
 LEASE_GPU = frozenset({"open"})
 NODE = frozenset({"state"})
+GPU = frozenset({"quarantine_reason", "quarantined_at"})
 
 # model -> (guarded fields, the one module that may write them)
 DOORS: dict[str, tuple[frozenset[str], str]] = {
@@ -50,8 +51,9 @@ DOORS: dict[str, tuple[frozenset[str], str]] = {
     "Lease": (LEASE, "apps/metering/lease.py"),
     "LeaseGpu": (LEASE_GPU, "apps/metering/lease.py"),
     "Node": (NODE, "apps/pool/state.py"),
+    "Gpu": (GPU, "apps/pool/state.py"),
 }
-RELATED = {"leases": "Lease", "lease_gpus": "LeaseGpu", "jobs": "Job", "nodes": "Node"}
+RELATED = {"leases": "Lease", "lease_gpus": "LeaseGpu", "jobs": "Job", "nodes": "Node", "gpus": "Gpu"}
 WRITES = frozenset({"update", "create", "get_or_create", "update_or_create"})
 ROWS_MADE = frozenset({"Lease", "LeaseGpu"})
 

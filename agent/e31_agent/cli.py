@@ -37,6 +37,7 @@ from .extract import ExtractLimits
 from .inventory import SimulateError, parse_simulate
 from .netguard import AddressPolicy
 from .node_inputs import FileRootError, check_file_roots
+from .oom import protect_supervisor
 from .packer import OutputLimits
 from .sandbox import DEFAULT_DENY, METADATA_DENY
 
@@ -225,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     os.environ.pop("E31_NODE_TOKEN", None)  # no child of the agent inherits it
+    protect_supervisor()  # the OOM killer takes a job before the agent (e31_agent.oom)
     config = AgentConfig(
         server=args.server,
         token=args.token,

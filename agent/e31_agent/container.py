@@ -17,12 +17,54 @@ without the host's loopback, docker's default bridge).
 from __future__ import annotations
 
 import os
+import resource
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 JOB_MOUNT = "/job"
 # host-only variables that must not replace the image's own
 _HOST_ONLY = {"PATH", "HOME"}
+
+
+JOB_NPROC = 4096  # processes (and threads) a container's user may have: the per-attempt pids cap
+# podman's OCI runtime: Debian's podman defaults to crun, which refuses cgroup v1 hosts with a v2
+# mount (hybrid); runc runs there and everywhere else. E31_PODMAN_RUNTIME names another.
+PODMAN_RUNTIME_ENV = "E31_PODMAN_RUNTIME"
+
+
+def pull_runtime(runtimes: list[str]) -> str | None:
+    """The runtime :func:`wrap` uses that pulls images itself before a run (docker, else podman),
+    or None (apptainer pulls at its start; no runtime: the launch refuses the job)."""
+    return "docker" if "docker" in runtimes else "podman" if "podman" in runtimes else None
+
+
+def podman_runtime() -> str | None:
+    """The OCI runtime podman is told to use: ``E31_PODMAN_RUNTIME``, else ``runc`` when installed."""
+    return os.environ.get(PODMAN_RUNTIME_ENV) or ("runc" if shutil.which("runc") else None)
+
+
+def ulimit_args(nofile: int | None, nproc: int = JOB_NPROC) -> list[str]:
+    """``--ulimit`` flags with explicit soft and hard values, each at most the agent's own hard
+    limit: the runtimes' defaults (a hard ``nofile`` above the host's) make runc refuse to start."""
+    args = []
+    for name, kind, want in (("nofile", resource.RLIMIT_NOFILE, nofile or 1024),
+                             ("nproc", resource.RLIMIT_NPROC, nproc)):
+        hard = resource.getrlimit(kind)[1]
+        value = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        args += ["--ulimit", f"{name}={value}:{value}"]
+    return args
+
+
+# The stop's grace inside a container (issue 24 item 4), as the job's init gives it in the sandbox
+# (e31_agent.jobinit): the image's init (podman's and docker's --init) passes a SIGTERM to its one
+# child only, so a shell that traps nothing died at once and took the container, and every saver in
+# it, down. This POSIX sh runs the command and, on SIGTERM, sends it on to every process of the
+# container (kill -1: all but init and itself) and waits until none is left; the SIGKILL after the
+# grace comes from outside. $0 is the command.
+GRACE_WRAPPER = ('sh -c "$0" & c=$!; '
+                 'trap "kill -TERM -1 2>/dev/null; while kill -0 -1 2>/dev/null; do sleep 0.1; done; exit 143" TERM; '
+                 'wait $c; r=$?; exit $r')
 
 
 class ContainerError(Exception):
@@ -56,6 +98,7 @@ def wrap(
     user: tuple[int, int] | None = None,
     slot_user: str | None = None,
     network: str | None = None,
+    nofile: int | None = None,
 ) -> Launch:
     """The launch for ``command`` inside ``image`` with the first runtime found.
 
@@ -66,13 +109,18 @@ def wrap(
     The container runs as ``slot_user`` (``uid:gid`` or the shim's
     placeholder), else ``user`` (uid, gid), by default the agent's own.
     ``network`` (``egress``/``none``; None: not sandboxed, as before) adds
-    the sandbox's rules (module docstring). Raises :class:`ContainerError`.
+    the sandbox's rules (module docstring). ``nofile``: the job's open-file limit (podman and
+    docker get it and the pids cap :data:`JOB_NPROC` as explicit ``--ulimit`` values; podman runs
+    under :func:`podman_runtime`). The image was pulled before (:mod:`e31_agent.images`): the run
+    never pulls (``--pull=never``). Raises :class:`ContainerError`.
     """
     keys = sorted(k for k in env if k not in _HOST_ONLY)
     if "docker" in runtimes or "podman" in runtimes:
         runtime = "docker" if "docker" in runtimes else "podman"
+        oci = podman_runtime() if runtime == "podman" else None
         argv = [
-            runtime, "run", "--rm", "--init", "--name", name,
+            runtime, "run", *(["--runtime", oci] if oci else []), "--rm", "--init", "--pull=never", "--name", name,
+            *ulimit_args(nofile),
             "--user", slot_user or "{}:{}".format(*(user or (os.getuid(), os.getgid()))),
             "-v", f"{job_dir}:{JOB_MOUNT}", "-w", JOB_MOUNT, "-e", f"HOME={JOB_MOUNT}",
         ]  # fmt: skip
@@ -94,7 +142,7 @@ def wrap(
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpu_indices)))
         for key in keys:
             argv += ["-e", key]
-        argv += [image, "/bin/sh", "-c", command]
+        argv += [image, "/bin/sh", "-c", GRACE_WRAPPER, command]
         return Launch(argv=argv, env=extra, teardown=[runtime, "rm", "-f", name])
     if "apptainer" in runtimes:
         ref = image if "://" in image or image.endswith(".sif") else f"docker://{image}"

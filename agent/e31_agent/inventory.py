@@ -3,6 +3,7 @@ and how its GPUs are doing (:func:`gpu_health`, sent with every heartbeat)."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -143,18 +144,21 @@ def nvml_gpus() -> list[GpuInfo]:
         pynvml.nvmlShutdown()
 
 
-HEALTH_FIELDS = ("temperature_c", "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected")
+HEALTH_FIELDS = ("temperature_c", "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected",
+                 "processes")
 
 
 def gpu_health(inventory: Inventory | None) -> payloads.Health:
     """The heartbeat's ``health``: ``{"gpus": [{"uuid", "index", "temperature_c",
-    "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected"}],
+    "utilization_pct", "memory_used_mb", "ecc_uncorrected", "ecc_corrected", "processes"}],
     "source": "nvml" | "simulated" | "none"}``.
 
     From NVML: temperature (GPU die, degrees C), GPU utilisation (percent over
     NVML's last sample period), memory in use (MiB) and volatile ECC error
     counts since the driver loaded (None where the card has no ECC or NVML
-    does not say). Simulated GPUs report fixed, healthy figures so the
+    does not say), and the count of compute processes on the GPU (the server
+    quarantines a GPU with no lease that has any, or memory in use above idle:
+    SPEC §5). Simulated GPUs report fixed, healthy figures so the
     server side can be exercised without a GPU.
     """
     if inventory is None or not inventory.gpus:
@@ -162,7 +166,7 @@ def gpu_health(inventory: Inventory | None) -> payloads.Health:
     if inventory.simulated:
         return {"source": HealthSource.SIMULATED, "gpus": [
             {"uuid": g.uuid, "index": g.index, "temperature_c": 35, "utilization_pct": 0,
-             "memory_used_mb": 0, "ecc_uncorrected": 0, "ecc_corrected": 0}
+             "memory_used_mb": 0, "ecc_uncorrected": 0, "ecc_corrected": 0, "processes": 0}
             for g in inventory.gpus
         ]}  # fmt: skip
     return {"source": HealthSource.NVML, "gpus": nvml_health()}  # type: ignore[typeddict-item]
@@ -191,6 +195,7 @@ def nvml_health() -> list[dict[str, Any]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             util = read(pynvml.nvmlDeviceGetUtilizationRates, handle)
             mem = read(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            procs = read(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
             volatile = getattr(pynvml, "NVML_VOLATILE_ECC", 0)
             out.append({
                 "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
@@ -202,6 +207,7 @@ def nvml_health() -> list[dict[str, Any]]:
                                         pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile),
                 "ecc_corrected": read(pynvml.nvmlDeviceGetTotalEccErrors, handle,
                                       pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile),
+                "processes": len(procs) if procs is not None else None,
             })  # fmt: skip
         return out
     finally:
@@ -214,7 +220,8 @@ def _text(value: str | bytes) -> str:
 
 # How to ask each runtime whether it can run containers now (a docker client
 # without a daemon answers ``--version`` but cannot run anything).
-RUNTIME_PROBES = {"docker": ["docker", "info"], "podman": ["podman", "info"], "apptainer": ["apptainer", "version"]}
+# podman's client answers alone (``podman info`` takes seconds: it reads the whole store)
+RUNTIME_PROBES = {"docker": ["docker", "info"], "podman": ["podman", "version"], "apptainer": ["apptainer", "version"]}
 
 
 def runtime_works(name: str, timeout_s: float = 10.0) -> bool:
@@ -234,6 +241,16 @@ def container_runtimes() -> list[str]:
     return [name for name in RUNTIMES if runtime_works(name)]
 
 
+# the fsspec implementation each cloud scheme needs (the agent's ``cloud`` extra installs both)
+CLOUD_SCHEMES = {"s3": "s3fs", "gs": "gcsfs"}
+
+
+def data_schemes() -> list[str]:
+    """The ``data[i].source`` schemes this agent can read: https, upload and file always, s3 and gs
+    when their fsspec implementation is installed (issue 28 item 5)."""
+    return ["https", "upload", "file", *(s for s, module in CLOUD_SCHEMES.items() if importlib.util.find_spec(module))]
+
+
 def collect(*, workdir: Path, simulate: str | None = None) -> Inventory:
     """The node's inventory; disk is the size (bytes) of the filesystem of ``workdir``."""
     hostname = socket.gethostname()
@@ -246,5 +263,6 @@ def collect(*, workdir: Path, simulate: str | None = None) -> Inventory:
         memory_bytes=int(psutil.virtual_memory().total),
         disk_bytes=int(psutil.disk_usage(str(workdir)).total),
         runtimes=container_runtimes(),
+        data_schemes=data_schemes(),
         simulated=bool(simulate),
     )

@@ -61,6 +61,7 @@ class Inventory:
     runtimes: list[str]
     simulated: bool
     sandboxed: bool = True  # False: the agent runs jobs without the tenant sandbox (--unsafe-no-sandbox)
+    data_schemes: list[str] = field(default_factory=list)  # sources it can read: https, s3, gs, file (issue 28)
 
     def to_json(self) -> payloads.RegisterRequest:
         return asdict(self)  # type: ignore[return-value]
@@ -169,6 +170,7 @@ class JobSpec:
     data: list[DataItem] = field(default_factory=list)
     output_paths: list[str] = field(default_factory=list)
     network: str = "egress"  # work.network: "egress" or "none"
+    image_credentials: str | None = None  # work.image_credentials: the secret (in credentials) to pull with
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, input_scope: payloads.InputScope | None = None) -> JobSpec:
@@ -183,6 +185,7 @@ class JobSpec:
             data=data_items(data.get("data"), input_scope),
             output_paths=[str(p) for p in output.get("paths") or []],
             network="none" if work.get("network") == "none" else "egress",
+            image_credentials=work.get("image_credentials") or None,
         )
 
 
@@ -215,10 +218,19 @@ class Assignment:
     secrets: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # work.secrets
     credentials: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # name -> options JSON
     start_refused: str | None = None  # the server says the attempt cannot start (a secret was deleted)
+    gang: list[tuple[str, int]] = field(default_factory=list)  # (host, GPUs) per node rank, rank 0 first
+    checkpoint_path: str | None = None  # checkpoint.path: packed at the end, restored before the run
+    checkpoint_files: list[dict[str, Any]] = field(default_factory=list)  # {"path", "size_bytes", "sha256"}
 
     @property
     def ref(self) -> JobRef:
         return JobRef(self.job_id, self.attempt)
+
+    @property
+    def packed_paths(self) -> list[str]:
+        """What the attempt's bundle holds: the declared outputs and the checkpoint directory."""
+        extra = [f"{self.checkpoint_path}/**"] if self.checkpoint_path else []
+        return [*self.spec.output_paths, *(p for p in extra if p not in self.spec.output_paths)]
 
     @property
     def term_at(self) -> float:
@@ -251,6 +263,9 @@ class Assignment:
             secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
             credentials={str(k): str(v) for k, v in (data.get("credentials") or {}).items()},
             start_refused=str(data["start_refused"]) if data.get("start_refused") else None,
+            gang=[(str(n["host"]), int(n["gpus"])) for n in sorted(data.get("gang") or [], key=lambda n: n["rank"])],
+            checkpoint_path=(data.get("checkpoint") or {}).get("path") or None,
+            checkpoint_files=list((data.get("checkpoint") or {}).get("files") or []),
         )
 
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .diskspace import NoSpace, space_check
 from .models import FileEntry
 from .paths import UnsafePath, check_relative
 
@@ -185,6 +186,12 @@ def collect(job_dir: Path, patterns: list[str]) -> list[tuple[str, Path]]:
     return [(rel, path) for rel, path, _st in _collect(job_dir, regexes)[0]]
 
 
+# What the agent itself writes into the job dir for the command (the gang's MPI hostfile): never an
+# output, whatever the globs say.
+HOSTFILE = ".e31_hostfile"
+PLATFORM_FILES = frozenset({HOSTFILE})
+
+
 def _collect(job_dir: Path, regexes: list[re.Pattern[str]]
              ) -> tuple[list[tuple[str, Path, os.stat_result]], dict[tuple[int, int], int]]:
     """:func:`collect` with each file's ``lstat``, and how many links to each inode of more
@@ -279,6 +286,7 @@ def pack(
     declared = check_patterns(patterns)
     regexes = [glob_regex(p) for p in declared]
     files, links_inside = _collect(job_dir, regexes) if regexes else ([], {})
+    files = [f for f in files if f[0] not in PLATFORM_FILES]
     unmatched = unmatched_patterns(declared, regexes, [rel for rel, _path, _st in files])
     if unmatched:
         log.warning("declared outputs that matched no file: %s", ", ".join(unmatched))
@@ -291,6 +299,10 @@ def pack(
     if cap is not None and total > cap:
         raise PackError(f"the declared outputs hold {total:,} bytes; the most a bundle may hold is {cap:,} bytes;"
                         " nothing was packed")
+    try:
+        space_check(bundle_path.parent, tar_bytes(total, len(files)), what="to pack the outputs")
+    except NoSpace as exc:
+        raise PackError(str(exc)) from None
     root = os.path.realpath(job_dir)
     not_packed = []
     wanted = []
@@ -308,6 +320,12 @@ def pack(
     bundle = _write(bundle_path, root, wanted, job_id=job_id, budget=cap, links_inside=links_inside)
     return Bundle(bundle.path, bundle.size_bytes, bundle.sha256, bundle.files, (*not_packed, *bundle.not_packed),
                   unmatched)
+
+
+def tar_bytes(content_bytes: int, files: int) -> int:
+    """An upper bound of the bundle's size (bytes): the files, a 512-byte header, a pax header and
+    padding each, the manifest and the end blocks."""
+    return content_bytes + files * 2048 + 1024 * 1024
 
 
 def name_refusal(rel: str) -> str | None:

@@ -292,8 +292,11 @@ class ReportSender:
     def _round(self) -> list[tuple[Reporter, dict[str, Any]]]:
         """Under ``cond``: forget the reporters that are done; take what is pending of those
         with no call out."""
-        for r in [r for r in self._reporters if r._done]:
+        done = [r for r in self._reporters if r._done]
+        for r in done:
             self._reporters.remove(r)
+        if done:
+            self.cond.notify_all()  # wait_sent() of the reporters just forgotten
         batch: list[tuple[Reporter, dict[str, Any]]] = []
         for r in self._reporters:
             if r._busy:
@@ -309,7 +312,9 @@ class ReportSender:
         idle_since = time.monotonic()
         while True:
             with self.cond:
-                self.cond.notify_all()  # wait_sent() of the reporters just forgotten or emptied
+                # No notify here: with two sending threads waiting on the one condition, a notify at
+                # the top of each round woke the other thread, which woke this one: a busy loop that
+                # cost a running job a third of a core (issue 27 item 3). Rounds notify what changed.
                 batch = self._round()
                 if stop.is_set() or (not self._reporters and time.monotonic() - idle_since > self.IDLE_EXIT_S):
                     self._threads -= 1

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 from e31_protocol import ExitReason
 
+from .shim import STOP_NOTICE
 from .state import read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class JobProcess:
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for name in ("child.json", "exit.json"):
+        for name in ("child.json", "exit.json", STOP_NOTICE):
             (run_dir / name).unlink(missing_ok=True)
         launch = {"argv": list(argv), "cwd": str(cwd), "env": env, "log_path": str(log_path), **(limits or {})}
         if secret_env:
@@ -313,7 +314,8 @@ class JobProcess:
     # -- stopping ------------------------------------------------------------
 
     def stop(self, grace_s: float) -> list[psutil.Process]:
-        """SIGTERM everything, SIGKILL what is left after ``grace_s`` seconds.
+        """SIGTERM everything (once: the shim is told, see :meth:`_notify_shim`), SIGKILL what is
+        left after ``grace_s`` seconds.
 
         Idempotent and safe from several threads. Returns the processes still
         alive at the end (empty unless something could not be killed). Waits
@@ -322,6 +324,7 @@ class JobProcess:
         with self._lock:
             procs = self.processes()
             if procs:
+                self._notify_shim(grace_s)
                 self._signal(signal.SIGTERM, procs)
                 end = time.monotonic() + grace_s
                 while procs and time.monotonic() < end:
@@ -340,6 +343,14 @@ class JobProcess:
                 log.error("processes %s of the job survived SIGKILL", [p.pid for p in procs])
             return procs
 
+    def _notify_shim(self, grace_s: float) -> None:
+        """Tell the shim a stop has begun (:data:`~e31_agent.shim.STOP_NOTICE`), so its backstop,
+        should it fire in the grace, sends no second SIGTERM. A full disk loses only the notice."""
+        try:
+            write_json(self.run_dir / STOP_NOTICE, {"kill_at": time.time() + grace_s})
+        except OSError as exc:
+            log.warning("stop notice for shim %d not written: %s", self.shim_pid, exc)
+
     def _wait_shim(self, timeout_s: float) -> None:
         if self._popen is not None:
             try:
@@ -353,13 +364,17 @@ class JobProcess:
 
     def _signal(self, sig: int, procs: list[psutil.Process]) -> None:
         # killpg reaches members forked since the scan; only while the group
-        # demonstrably exists, so a reused group id is never hit
-        if any(_pgid(p) == self.pgid for p in procs):
+        # demonstrably exists, so a reused group id is never hit. Each process gets the signal
+        # once: a second SIGTERM while a shell runs its trap can kill it before the trap's exit
+        grouped = {p.pid for p in procs if _pgid(p) == self.pgid}
+        if grouped:
             try:
                 os.killpg(self.pgid, sig)
             except (ProcessLookupError, PermissionError):
-                pass
+                grouped = set()
         for proc in procs:
+            if proc.pid in grouped:
+                continue
             try:
                 proc.send_signal(sig)
             except psutil.Error:
@@ -400,17 +415,22 @@ def supervise(
     cancel: threading.Event,
     drop: threading.Event,
     grace_s: float,
-    tick_s: float = 0.02,
+    tick_s: float = 0.05,
+    lost_every: int = 20,
 ) -> RunResult:
     """Wait for the run to end, stopping it at ``deadline`` (monotonic seconds)
     or when ``cancel``/``drop`` is set; then make sure nothing of it is left.
 
-    Once the shell has ended, leftovers it started in the background get the
-    same SIGTERM, grace, SIGKILL treatment. On ``drop`` it returns at once
+    A cancel or a drop wakes it at once; the command's end (its ``exit.json``) is looked for
+    every ``tick_s`` seconds, a shim gone without one every ``lost_every`` ticks (a process-table
+    read: the costly look; issue 27 item 3). Once the shell has ended, leftovers it started in the
+    background get the same SIGTERM, grace, SIGKILL treatment. On ``drop`` it returns at once
     and leaves the stopping to the caller.
     """
+    ticks = 0
     while True:
-        if proc.poll() is not None or proc.lost:
+        ticks += 1
+        if proc.poll() is not None or (ticks % lost_every == 0 and proc.lost):
             reason: ExitReason | str = ExitReason.EXIT
             break
         if drop.is_set():

@@ -24,7 +24,9 @@ What a job's command gets (docs/SPEC.md §6, docs/security.md):
   are opened by the (root) shim and handed over as descriptors
   (``--bind-fd``), so the slot user needs no search right on their parents;
 - **its own PID namespace** (and IPC, UTS, cgroup): no other process can be
-  seen or signalled; when the command ends, everything it left is killed;
+  seen or signalled; when the command ends, everything it left is killed,
+  but during a stop the job's init (:mod:`e31_agent.jobinit`) keeps the
+  namespace up until every process is gone or the grace is over;
 - **only the GPUs of its lease** as device nodes (``/dev/nvidiaN`` of each
   leased GPU, found by UUID in ``/proc/driver/nvidia/gpus``, plus the
   control nodes CUDA needs), ``CUDA_VISIBLE_DEVICES`` as before;
@@ -68,6 +70,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import jobinit
 
 DEFAULT_SLOT_UIDS = (2310000, 2319999)
 LOCK_DIR = "/run/e31-agent/slots"
@@ -196,7 +200,7 @@ def _trial(sandbox: Sandbox) -> None:
             raise SandboxError(f"cannot take a slot user: {exc}") from None
         try:
             proc = subprocess.Popen(
-                [*prepared.argv, "/bin/sh", "-c", "test -w . && test $$ -eq 2"],
+                [*prepared.argv, "/bin/sh", "-c", "test -w . && test $$ -eq 3"],
                 pass_fds=prepared.pass_fds, preexec_fn=prepared.preexec(stage=True), env={"PATH": "/usr/bin:/bin"},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             )
@@ -711,5 +715,5 @@ def _build(p: Prepared) -> None:
     p.pass_fds += [info_w, block_r]
     p._close_after_start += [info_w, block_r]
     argv += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
-    argv += ["--", "/usr/bin/env", "--default-signal=TERM"]
+    argv += ["--", "/usr/bin/env", "--default-signal=TERM", *jobinit.argv()]  # the job's init: the grace
     p.argv = argv

@@ -35,11 +35,13 @@ The agent enforces the time limit; the shim's ``stop_at`` (the agent's
 SIGTERM time plus a second) is the backstop for an agent that is frozen or
 dead: then the shim sends SIGTERM to the job's group and its descendants,
 SIGKILL after ``grace_s``, and records ``"stopped": "time_limit"`` in
-``exit.json``. With ``beat_path`` and ``loss_timeout_s`` the shim also stops
-the job (``"stopped": "agent_lost"``) once that file's mtime (the agent
-touches it on every answer from the server) is older than the node-loss
-timeout: the server has then declared the node down and requeued the job,
-so the run must not go on as a ghost (SPEC §6, fencing).
+``exit.json``. An agent that has begun a stop writes ``RUN_DIR/stopping.json``
+(``{"kill_at": epoch s}``, :data:`STOP_NOTICE`) before its SIGTERM; a backstop that finds it sends
+no second SIGTERM (one could cut a trap's save short) and only SIGKILLs what is left at ``kill_at``.
+With ``beat_path`` and ``loss_timeout_s`` the shim also stops the job
+(``"stopped": "agent_lost"``) once that file's mtime (the agent touches it
+on every answer from the server) is older than the node-loss timeout: the
+server has then declared the node down and requeued the job, so the run must not go on as a ghost (SPEC §6, fencing).
 
 The shim's own environment is a bare ``PATH`` and ``PYTHONPATH``; the job's environment is in
 ``launch.json`` (mode 0600), except the values of the job's secrets (issue 23): with
@@ -65,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from .logindex import StreamCopier
+from .oom import JOB, oom_score_adj_set, protect_supervisor
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -87,6 +90,7 @@ def _limits(launch: dict[str, Any]):
     nofile = launch.get("nofile")
 
     def apply() -> None:
+        oom_score_adj_set(JOB)  # the job before the shim and the agent (e31_agent.oom)
         if cpus:
             try:
                 os.sched_setaffinity(0, cpus)
@@ -137,11 +141,14 @@ def _signal_all(pgid: int, sig: int) -> None:
             pass
 
 
-def _backstop(stop_at: float, grace_s: float, pgid: int, stopped: dict[str, str]) -> None:
+STOP_NOTICE = "stopping.json"  # the agent's word that it sent the stop's SIGTERM: {"kill_at": epoch s}
+
+
+def _backstop(stop_at: float, grace_s: float, pgid: int, stopped: dict[str, str], notice: Path) -> None:
     """At ``stop_at`` (epoch s), stop the whole job: SIGTERM, ``grace_s``, SIGKILL until none is left."""
     while time.time() < stop_at:
         time.sleep(min(1.0, max(0.01, stop_at - time.time())))
-    _stop_all("time_limit", grace_s, pgid, stopped)
+    _stop_all("time_limit", grace_s, pgid, stopped, notice)
 
 
 def _beat_age(beat_path: str, since: float) -> float:
@@ -155,7 +162,7 @@ def _beat_age(beat_path: str, since: float) -> float:
 
 
 def _orphan_watch(beat_path: str, loss_timeout_s: float, grace_s: float, pgid: int,
-                  stopped: dict[str, str]) -> None:
+                  stopped: dict[str, str], notice: Path) -> None:
     """Stop the whole job once the agent has not reached the server for ``loss_timeout_s``: the
     server then declares the node down and gives the job's GPUs up, so the run must not go on
     (the agent is dead, frozen, or cut off from the server)."""
@@ -164,20 +171,34 @@ def _orphan_watch(beat_path: str, loss_timeout_s: float, grace_s: float, pgid: i
         time.sleep(min(1.0, max(0.05, loss_timeout_s - _beat_age(beat_path, since))))
     print(f"no word from the agent for {loss_timeout_s:.0f} s (the node-loss timeout): stopping the job",
           flush=True)
-    _stop_all("agent_lost", grace_s, pgid, stopped)
+    _stop_all("agent_lost", grace_s, pgid, stopped, notice)
 
 
 _stop_lock = threading.Lock()
 
 
-def _stop_all(reason: str, grace_s: float, pgid: int, stopped: dict[str, str]) -> None:
+def _agents_kill_at(notice: Path) -> float | None:
+    """When the agent's stop ends its grace (epoch s), if the agent has begun one (:data:`STOP_NOTICE`)."""
+    try:
+        return float(json.loads(notice.read_text())["kill_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _stop_all(reason: str, grace_s: float, pgid: int, stopped: dict[str, str], notice: Path) -> None:
     """SIGTERM the job's group and descendants, SIGKILL after ``grace_s`` until none is left;
-    ``stopped["reason"]`` says why (the first stop wins)."""
+    ``stopped["reason"]`` says why (the first stop wins; a later one leaves the stopping to it).
+    Every process gets one SIGTERM: when the agent has sent it (``notice``), none from here, and the
+    SIGKILL comes at the agent's ``kill_at``."""
     with _stop_lock:
-        stopped.setdefault("reason", reason)
-    _signal_all(pgid, signal.SIGTERM)
-    end = time.monotonic() + grace_s
-    while _descendants() and time.monotonic() < end:
+        if "reason" in stopped:
+            return
+        stopped["reason"] = reason
+    kill_at = _agents_kill_at(notice)
+    if kill_at is None:
+        _signal_all(pgid, signal.SIGTERM)
+        kill_at = time.time() + grace_s
+    while _descendants() and time.time() < kill_at:
         time.sleep(0.1)
     while _descendants():
         _signal_all(pgid, signal.SIGKILL)
@@ -224,6 +245,7 @@ def run(run_dir: Path) -> int:
         os.open(os.devnull, os.O_RDONLY)  # fd 0 again, so nothing later opens a file as stdin
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)  # only the agent stops a job
+    protect_supervisor()
     set_child_subreaper()
     if launch.get("cgroup"):  # before the fork: nothing of the job starts outside it
         with open(Path(launch["cgroup"]) / "cgroup.procs", "w") as fh:
@@ -284,11 +306,12 @@ def run(run_dir: Path) -> int:
     stopped: dict[str, str] = {}
     grace = float(launch.get("grace_s") or 0)
     if launch.get("stop_at"):
-        threading.Thread(target=_backstop, args=(float(launch["stop_at"]), grace, child.pid, stopped),
-                         daemon=True).start()
+        threading.Thread(target=_backstop, args=(float(launch["stop_at"]), grace, child.pid, stopped,
+                                                 run_dir / STOP_NOTICE), daemon=True).start()
     if launch.get("beat_path") and launch.get("loss_timeout_s"):
         threading.Thread(target=_orphan_watch, args=(launch["beat_path"], float(launch["loss_timeout_s"]), grace,
-                                                     child.pid, stopped), daemon=True).start()
+                                                     child.pid, stopped, run_dir / STOP_NOTICE),
+                         daemon=True).start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

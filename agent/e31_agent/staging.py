@@ -45,6 +45,7 @@ from .backoff import Backoff
 from .cache import FillAborted, InputCache, key_for, link_or_copy
 from .client import Aborted, ApiClient, ApiError
 from .credentials import CredentialsError, credentials_id, storage_options
+from .diskspace import NoSpace, space_check
 from .extract import ExtractError, ExtractLimits, safe_extract
 from .models import DataItem
 from .netguard import AddressPolicy, BlockedAddress, guarded_info, guarded_request
@@ -128,6 +129,7 @@ class Stager:
         """Stage every item in order into the job dir; returns the bytes staged."""
         assert self.job_dir is not None, "stage() needs a job dir"
         sources = self._plan(items)
+        self._space_check(sources)
         keys = [s.key for s in sources if s.key]
         with self.cache.pinned(keys) if self.cache else _nothing():
             for index, source in enumerate(sources):
@@ -226,6 +228,22 @@ class Stager:
         """The fsspec filesystem and path of ``item``, with its credentials or anonymously."""
         options = storage_options(item.source, self._credentials.get(item.credentials) if item.credentials else None)
         return _filesystem(item.source, options)
+
+    def _space_check(self, sources: list[_Source]) -> None:
+        """Refuse at once inputs of known size that cannot fit on the job dir's disk (issue 26
+        item 4): a download, or a cached file copied in (no hard link), needs its size there.
+
+        Raises:
+            StagingError: "no space left on the node to stage the inputs: need X, free Y".
+        """
+        need = sum(s.size or 0 for s in sources
+                   if not (s.key and self.cache is not None and self.hardlink_ok and self.cache.get(s.key)))
+        if not need:
+            return
+        try:
+            space_check(self.job_dir, need, what="to stage the inputs")
+        except NoSpace as exc:
+            raise StagingError(str(exc)) from None
 
     def _size_from_cache(self, source: _Source) -> bool:
         if self.cache is None or source.key is None:

@@ -11,6 +11,7 @@ from apps.agent_api.models import AgentReport
 from apps.artifacts.models import Upload
 from apps.core import clock
 from apps.core.choices import JobState
+from apps.jobs.checkpoints import checkpoint_for, checkpoint_path
 from apps.jobs.inputs import input_scope
 from apps.jobs.prestage import node_may_prestage_upload, prestage_offers
 from apps.jobs.secret_refs import job_secrets_open
@@ -66,6 +67,11 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
         extra["credentials"] = credentials
     if refused:  # deleted since the submit: the agent fails the attempt at its start, unbilled
         extra["start_refused"] = refused
+    root = checkpoint_path(job.spec)
+    if root:  # issue 24 item 5: packed at the attempt's end; put back before the run from the newest version
+        version = checkpoint_for(job, attempt=lease.attempt, rank=lease.node_rank)
+        extra["checkpoint"] = {"path": root, "attempt": version.attempt if version else None,
+                               "files": version.files if version else []}
     return extra | {
         "job_id": job.pk,
         "attempt": lease.attempt,
@@ -74,12 +80,10 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
         "time_limit_s": job.time_limit_s,
         "deadline_in_s": round(max(0.0, deadline), 3),
         "grace_s": grace_inside_limit(job.time_limit_s),
-        "env": {
-            "E31_JOB_ID": str(job.pk),
-            "E31_NODE_RANK": str(lease.node_rank),
-            "E31_NUM_NODES": str(job.nodes),
-            "E31_MASTER_ADDR": master,
-        },
+        "env": gang_env(job_id=job.pk, attempt=lease.attempt, node_rank=lease.node_rank, nodes=job.nodes,
+                        gpus_per_node=job.gpus_per_node, master=master),
+        # the gang's nodes, rank 0 first: the agent writes them as an MPI hostfile (E31_HOSTFILE)
+        "gang": [{"rank": r.node_rank, "host": r.node.hostname or r.node.name, "gpus": r.gpu_count} for r in ranks],
         "spec": job.spec,
         # whose inputs these are, for the node's cache (protocol v4, e31_protocol.inputs)
         "input_scope": input_scope(owner_id=job.owner_id, data=job.spec.get("data")),
@@ -87,6 +91,28 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
         # A task of a job array: the agent sets E31_ARRAY_INDEX and E31_ARRAY_SIZE from these.
         "array_index": job.array_index,
         "array_size": job.array.size if job.array_id is not None else None,
+    }
+
+
+GANG_PORT_BASE = 29500  # the rendezvous port of a gang: in its range, by job (PyTorch's default first)
+GANG_PORT_SPAN = 1000
+
+
+def gang_env(*, job_id: int, attempt: int, node_rank: int, nodes: int, gpus_per_node: int,
+             master: str) -> dict[str, str]:
+    """The environment every launcher reads (SPEC §6), for node rank ``node_rank`` of an attempt of
+    ``nodes`` nodes x ``gpus_per_node`` GPUs whose rank 0 is at ``master``: ``E31_*`` and the names
+    ``torchrun`` and ``torch.distributed`` read (``MASTER_ADDR``, ``MASTER_PORT``, ``NNODES``,
+    ``NODE_RANK``, ``WORLD_SIZE``: GPUs in the gang). The port is ``GANG_PORT_BASE`` +
+    ``job_id`` mod ``GANG_PORT_SPAN``, the same on every rank and every attempt."""
+    port = str(GANG_PORT_BASE + job_id % GANG_PORT_SPAN)
+    world = str(nodes * gpus_per_node)
+    return {
+        "E31_JOB_ID": str(job_id), "E31_ATTEMPT": str(attempt),
+        "E31_NODE_RANK": str(node_rank), "E31_NUM_NODES": str(nodes), "E31_GPUS_PER_NODE": str(gpus_per_node),
+        "E31_WORLD_SIZE": world, "E31_MASTER_ADDR": master, "E31_MASTER_PORT": port,
+        "MASTER_ADDR": master, "MASTER_PORT": port, "NNODES": str(nodes), "NODE_RANK": str(node_rank),
+        "WORLD_SIZE": world,
     }
 
 

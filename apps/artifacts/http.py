@@ -138,8 +138,13 @@ def serve_file(request: HttpRequest, fieldfile, *, filename: str, size: int, eta
     if etag:
         resp["ETag"] = f'"{etag}"'
     resp["Accept-Ranges"] = "bytes"
-    resp["Content-Disposition"] = content_disposition_header(not inline, filename)
+    resp["Content-Disposition"] = content_disposition_header(not inline, _printable(filename))
     return resp
+
+
+def _printable(filename: str) -> str:
+    """``filename`` with each control character (CR, LF...) as ``_``: a header cannot carry them."""
+    return "".join(c if c.isprintable() else "_" for c in filename)
 
 
 def bundle_response(request: HttpRequest, job, *, rank: int = 0) -> HttpResponse:

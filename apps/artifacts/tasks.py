@@ -5,18 +5,21 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from . import direct
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(ignore_result=True, soft_time_limit=6 * 3600, time_limit=6 * 3600 + 60)
+@shared_task(ignore_result=True, soft_time_limit=settings.E31_BUNDLE_VERIFY_SOFT_TIME_LIMIT_S,
+             time_limit=settings.E31_BUNDLE_VERIFY_TIME_LIMIT_S)
 def bundle_verify_task(bundle_id: int, since: str, retention_days: int) -> None:
     """Verify a bundle uploaded straight to the object store (:func:`.direct.bundle_direct_verify`).
 
-    Time limits: 6 h (a 1 TB archive read at 50 MB/s), not the site's 60 s: verification is the
-    one long task, and it runs off every request and row lock."""
+    Time limits: 6 h (``E31_BUNDLE_VERIFY_*TIME_LIMIT_S``: a 1 TB archive read at 50 MB/s), not the
+    site's 60 s: verification is the one long task, and it runs off every request and row lock. The
+    broker's visibility timeout lies above it (settings), so it is never handed to a second worker."""
     direct.bundle_direct_verify(bundle_id=bundle_id, since=since, retention_days=retention_days)
 
 

@@ -4,7 +4,7 @@ from e31_protocol.redact import redact_value
 from apps.core.admin import LedgerAdmin
 from apps.jobs.services.cancel import job_cancel
 
-from .models import Job, JobArray, JobEvent
+from .models import Job, JobArray, JobDependency, JobEvent
 
 
 class JobEventInline(LedgerAdmin, admin.TabularInline):
@@ -12,6 +12,16 @@ class JobEventInline(LedgerAdmin, admin.TabularInline):
     extra = 0
     can_delete = False
     readonly_fields = ["seq", "at", "from_state", "to_state", "detail"]
+
+
+class JobDependencyInline(LedgerAdmin, admin.TabularInline):
+    """The job's ``after`` entries (issue 25 item 7), read-only: written at submit."""
+
+    model = JobDependency
+    fk_name = "job"
+    extra = 0
+    can_delete = False
+    readonly_fields = ["index", "on_job", "on_array", "when"]
 
 
 @admin.register(Job)
@@ -26,7 +36,7 @@ class JobAdmin(LedgerAdmin, admin.ModelAdmin):
     readonly_fields = ["state", "outcome", "shown_spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
                        "estimated_start_at", "latest_start_at", "pending_reason", "array", "array_index"]
-    inlines = [JobEventInline]
+    inlines = [JobDependencyInline, JobEventInline]
     actions = ["cancel_jobs"]
 
     @admin.display(description="spec")

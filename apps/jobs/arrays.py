@@ -31,6 +31,7 @@ from apps.core import clock
 from apps.core.choices import HOLDING, EndReason, JobState, Outcome
 
 from . import signals
+from .dependencies import dependencies_store
 from .models import Job, JobArray, JobEvent
 from .selectors import jobs_of
 from .services.cancel import job_cancel
@@ -70,7 +71,6 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
     first = unsaved_job(spec, owner, now=now)  # task 0 through the ORM; the others are its copies
     first.spec = spec_document(spec, exclude={"array"})
     first.submitted_at = now = now or first.submitted_at
-    first.max_attempts = settings.E31_MAX_ATTEMPTS
     first.event_seq = 1  # the "submitted" event below; no other writer knows the job yet
     with transaction.atomic():
         spec_uploads_lock(owner, spec)  # the storage sweep cannot delete one meanwhile (issue 15)
@@ -83,6 +83,7 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         array = first.array
         job_ids = [first.pk] + _copy_job(first.pk, size - 1)
         _events_submitted(array, detail=f"submitted (array {array.pk} of {size:,} tasks)")
+        dependencies_store(first.spec.get("after") or [], array_id=array.pk)  # every task waits the same
         # One row on the owner's live "My jobs" (task 0 stands for the array), one pool
         # push and one scheduling cycle for all N.
         after_submit(owner.pk, [first.pk])

@@ -60,6 +60,8 @@ class Job(models.Model):
     cpus = models.PositiveIntegerField(default=0, help_text="CPUs per node; 0: not asked.")
     memory_mib = models.PositiveBigIntegerField(default=0, help_text="Memory per node, MiB; 0: not asked.")
     needs_runtime = models.BooleanField(default=False, help_text="Names a container image.")
+    mixed_models = models.BooleanField(default=False, help_text=(
+        "A gang without gpu_models may mix GPU models (compute.mixed_models); else one model."))
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
@@ -144,6 +146,40 @@ class Job(models.Model):
     @property
     def is_cancellable(self) -> bool:
         return self.state != JobState.RELEASED and self.cancel_requested_at is None
+
+
+class JobDependency(models.Model):
+    """One entry ``index`` of a job's ``after`` (SPEC §2, issue 25 item 7): ``job`` waits in the queue
+    for job ``on_job``, or for every task of array ``on_array`` (exactly one is set), to have
+    succeeded (``when="succeeded"``) or to have been released at all (``when="ended"``).
+
+    Written at submit (:func:`apps.jobs.dependencies.dependencies_store`) and read by the scheduling
+    cycle (:func:`apps.jobs.dependencies.dependencies_settle`); the spec keeps the words as submitted.
+    """
+
+    class When(models.TextChoices):
+        SUCCEEDED = "succeeded", "succeeded"
+        ENDED = "ended", "ended"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    index = models.PositiveIntegerField(help_text="The entry's place in the spec's after list, from 0.")
+    on_job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="dependents")
+    on_array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="dependents")
+    when = models.CharField(max_length=16, choices=When.choices, default=When.SUCCEEDED)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "index"], name="job_dependency_index_unique"),
+            models.CheckConstraint(condition=models.Q(on_job__isnull=False, on_array__isnull=True)
+                                   | models.Q(on_job__isnull=True, on_array__isnull=False),
+                                   name="job_dependency_one_target"),
+        ]
+
+    def __str__(self) -> str:
+        target = f"job {self.on_job_id}" if self.on_job_id else f"array {self.on_array_id}"
+        return f"job {self.job_id} after {target} ({self.when})"
 
 
 class JobPrestage(models.Model):

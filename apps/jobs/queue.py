@@ -22,6 +22,7 @@ from apps.pool.models import Gpu, Node
 from apps.scheduling.ports import Hold, JobInputs, PositionChange, QueuedJob
 
 from . import signals
+from .dependencies import dependencies_settle
 from .inputs import spec_input_identities
 from .models import Job
 from .prestage import prestage_plan
@@ -29,7 +30,7 @@ from .sources import is_uuid
 from .state import transition
 
 QUEUE_COLUMNS = ("id", "owner_id", "submitted_at", "gpus_per_node", "nodes", "time_limit_s", "priority_boost",
-                 "gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime",
+                 "gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime", "mixed_models",
                  "queue_position", "estimated_start_at", "pending_reason", "latest_start_at")
 HOLD_COLUMNS = ("id", "node_id", "rented_at", "time_limit_s", "predicted_runtime_s", "job__cpus", "job__memory_mib")
 
@@ -47,13 +48,21 @@ class DatabaseJobQueue:
         queued = Job.objects.filter(state=JobState.QUEUED).order_by("submitted_at", "id")
         if connection.vendor == "postgresql":  # epoch floats: no timestamp parsing per row
             cols = list(QUEUE_COLUMNS)
-            cols[2], cols[13], cols[15] = "submitted_s", "estimated_s", "latest_s"
+            cols[2], cols[14], cols[16] = "submitted_s", "estimated_s", "latest_s"
             rows = queued.annotate(submitted_s=_epoch("submitted_at"), estimated_s=_epoch("estimated_start_at"),
                                    latest_s=_epoch("latest_start_at")).values_list(*cols)
             return [QueuedJob(*r[:7], tuple(r[7] or ()), *r[8:]) for r in rows]
-        return [QueuedJob(*r[:2], r[2].timestamp(), *r[3:7], tuple(r[7] or ()), *r[8:13],
-                          r[13].timestamp() if r[13] else None, r[14], r[15].timestamp() if r[15] else None)
+        return [QueuedJob(*r[:2], r[2].timestamp(), *r[3:7], tuple(r[7] or ()), *r[8:14],
+                          r[14].timestamp() if r[14] else None, r[15], r[16].timestamp() if r[16] else None)
                 for r in queued.values_list(*QUEUE_COLUMNS)]
+
+    def held_back(self, *, now: datetime) -> tuple[dict[int, str], set[int]]:
+        """:func:`apps.jobs.dependencies.dependencies_settle` over every queued job with dependencies:
+        those whose dependencies can no longer be met are released ``cancelled`` at ``now`` (their ids
+        the second part); the ones still waiting are the first, with their reason ("waiting for job 41
+        to succeed")."""
+        released: set[int] = set()
+        return dependencies_settle(now=now, released=released), released
 
     def holds(self) -> tuple[dict[int, Hold], list[tuple[int, int]]]:
         """Open leases (those with a GPU still held) by id, and ``(gpu_id, lease_id)`` of held GPUs."""

@@ -13,6 +13,7 @@ from apps.pool import signals as pool_signals
 from apps.pool.models import Node
 
 from . import signals
+from .dependencies import on_job_released as dependents_settle
 from .services.recovery import jobs_handle_node_loss
 from .tasks import log_compact_task
 
@@ -44,3 +45,5 @@ def connect() -> None:
     :mod:`apps.live.receivers`' own."""
     pool_signals.node_lost.connect(on_node_lost, dispatch_uid="jobs.node_lost")
     signals.job_released.connect(on_job_released, dispatch_uid="jobs.job_released.log_compact")
+    # the jobs waiting for the released one: released cancelled now if they can never start (issue 25 item 7)
+    signals.job_released.connect(dependents_settle, dispatch_uid="jobs.job_released.dependents")

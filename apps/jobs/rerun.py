@@ -48,24 +48,31 @@ def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser) -> dic
             for i, ref in refs.items() if ref not in kept}
 
 
-def job_rerun(*, job: Job, by: AbstractBaseUser) -> Job:
-    """Submit a new job with ``job``'s spec and uploads, owned by ``by`` (who must own ``job``).
+def job_rerun(*, job: Job, by: AbstractBaseUser, resume: bool = False) -> Job:
+    """Submit a new job with ``job``'s spec and uploads, owned by ``by`` (who must own ``job``);
+    with ``resume``, its first attempt starts with ``job``'s newest kept checkpoint
+    (``checkpoint.resume_from``, SPEC §2).
 
     The new job is checked as any submit is (:func:`apps.jobs.services.job_submit`): the pool,
     the time limit maximum, the monthly spend limit. The original job is not changed.
 
     Raises:
         PermissionDenied: ``by`` does not own ``job`` (the API answers 404 before this).
-        SpecError: an uploaded input is no longer kept (``{"data[i].source": [...]}``), or the
-            spec no longer passes a submit's checks (same errors as a submit).
+        SpecError: an uploaded input is no longer kept (``{"data[i].source": [...]}``), ``resume``
+            of a job whose spec names no checkpoint (``{"resume": [...]}``), or the spec no longer
+            passes a submit's checks (same errors as a submit).
     """
     if job.owner_id != by.pk:
         raise PermissionDenied("only the owner of a job can run it again")
     document = rerun_document(job)
+    if resume:
+        if not document.get("checkpoint"):
+            raise SpecError({"resume": [f"Job {job.pk} names no checkpoint.path: there is nothing to resume from."]})
+        document["checkpoint"] = {**document["checkpoint"], "resume_from": job.pk}
     missing = uploads_missing(document, owner=by)
     if missing:
         raise SpecError(missing)
     with transaction.atomic():
         new = job_submit(owner=by, document=document)
-        event_add(new, detail=f"re-run of job {job.pk}")
+        event_add(new, detail=f"re-run of job {job.pk}" + (", resuming from its checkpoint" if resume else ""))
     return new

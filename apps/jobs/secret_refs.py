@@ -2,7 +2,8 @@
 
 ``work.secrets: [NAME, ...]`` puts each of the owner's secrets into the job's environment;
 ``data[i].credentials: NAME`` names a secret holding the JSON of the fsspec storage options the
-agent reads that one source with. The spec holds the names only; values are opened here, for the
+agent reads that one source with; ``work.image_credentials: NAME`` one holding the registry login
+``{"username", "password"}`` the image is pulled with. The spec holds the names only; values are opened here, for the
 submit's checks and for the node holding the attempt (:mod:`apps.agent_api.selectors`), nowhere else.
 """
 from __future__ import annotations
@@ -52,11 +53,26 @@ def credentials_problem(source: str, text: str) -> str | None:
     return "Credentials apply to s3:// and gs:// sources only."
 
 
+def image_credentials_problem(text: str) -> str | None:
+    """Why ``text`` is not a registry login (never quoting the value), or None: a JSON object with
+    ``username`` and ``password`` (non-empty strings) and nothing else."""
+    try:
+        login = json.loads(text)
+    except ValueError:
+        return 'The secret is not JSON: it must be {"username": ..., "password": ...}.'
+    if not isinstance(login, dict) or set(login) != {"username", "password"} \
+            or not all(isinstance(v, str) and v for v in login.values()):
+        return 'An image credentials secret must be {"username": ..., "password": ...} (strings), nothing else.'
+    return None
+
+
 def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
     """Field errors of the secrets ``spec`` names for ``owner_id``: unknown names
     (``work.secrets[i]``, ``data[i].credentials``) and malformed credentials (``data[i].credentials``).
     A stranger's secret of the same name is unknown: only the owner's own are looked up."""
-    names = set(spec.work.secrets) | {item.credentials for item in spec.data if item.credentials}
+    image_login = spec.work.image_credentials
+    names = set(spec.work.secrets) | {item.credentials for item in spec.data if item.credentials} \
+        | ({image_login} if image_login else set())
     if not names:
         return {}
     known = secret_names_known(owner_id=owner_id, names=names)
@@ -65,7 +81,8 @@ def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
         if name not in known:
             errors[f"work.secrets[{index}]"] = [f"You have no secret named {name}: set it first "
                                                 "(Settings, Secrets; or `e31 secret set`)."]
-    wanted = {item.credentials for item in spec.data if item.credentials in known}
+    wanted = {item.credentials for item in spec.data if item.credentials in known} \
+        | ({image_login} if image_login in known else set())
     try:
         values = secret_values(owner_id=owner_id, names=wanted) if wanted else {}
     except SecretsKeyError:
@@ -83,13 +100,25 @@ def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
         problem = credentials_problem(item.source, values[item.credentials])
         if problem:
             errors[f"data[{index}].credentials"] = [problem]
+    if image_login:
+        if image_login not in known:
+            errors["work.image_credentials"] = [f"You have no secret named {image_login}: set it first."]
+        elif image_login not in values:
+            errors["work.image_credentials"] = [f"Secret {image_login} cannot be opened (the site's secrets key "
+                                                "changed): set it again."]
+        elif problem := image_credentials_problem(values[image_login]):
+            errors["work.image_credentials"] = [problem]
     return errors
 
 
 def spec_secret_names(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """``(work.secrets, data credentials names)`` of a stored spec (JSON form), in order, each once."""
+    """``(work.secrets, credentials names)`` of a stored spec (JSON form), in order, each once: the
+    credentials are ``work.image_credentials`` then each ``data[i].credentials``."""
     env_names = [str(n) for n in (spec.get("work") or {}).get("secrets") or []]
     cred_names: list[str] = []
+    image_login = (spec.get("work") or {}).get("image_credentials")
+    if image_login:
+        cred_names.append(str(image_login))
     for item in spec.get("data") or []:
         name = item.get("credentials")
         if name and name not in cred_names:

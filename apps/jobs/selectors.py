@@ -10,6 +10,7 @@ from django.http import Http404
 from apps.core.choices import JobState, Outcome
 
 from .models import Job
+from .reasons import end_words
 from .services.logs import log_bytes
 
 
@@ -80,19 +81,15 @@ def end_detail(job: Job) -> str:
     """Why a released job did not succeed, in its timeline's words ("" for a success or an
     unreleased job).
 
-    The reason is the move that ended the run (to ``output``: "command exited with code 3",
-    "staging failed: ..."), or the release itself where no run ended first (node lost,
-    cancelled in the queue). A lost output is the job's ``status_note`` instead.
+    The words are :func:`apps.jobs.reasons.end_words` (what ``status_message`` holds from the release on).
+    A lost output is the job's ``status_note`` instead.
     """
     if job.state != JobState.RELEASED or job.outcome in ("", Outcome.SUCCEEDED):
         return ""
     release = job.events.filter(to_state=JobState.RELEASED).order_by("-seq").first()
     if release is None:
         return ""
-    if release.from_state == JobState.OUTPUT:
-        ended = job.events.filter(to_state=JobState.OUTPUT, seq__lt=release.seq).order_by("-seq").first()
-        return ended.detail if ended else ""
-    return release.detail
+    return end_words(job, released_from=release.from_state, release_detail=release.detail, before_seq=release.seq)
 def job_own_or_404(user, pk: int) -> Job:
     """``user``'s job ``pk``, for a page or an API call about one job.
 

@@ -27,6 +27,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from apps.core.choices import JobKind
@@ -36,6 +37,12 @@ from apps.core.units import format_duration, gb_to_mib, parse_duration
 from .addresses import source_address_problem
 
 ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# An OCI image reference (the distribution spec's grammar, shortened): an optional registry host
+# (with a dot or a port, or localhost), path components in lower case, a tag, a digest.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SOURCE_SCHEMES = ("https://", "s3://", "gs://", "upload:", "file://")
 MAX_ENV_KEYS = 100
@@ -43,6 +50,7 @@ MAX_DATA = 100
 MAX_OUTPUT_PATHS = 100
 MAX_ARRAY = 10_000  # tasks in one job array (SPEC §2)
 MAX_SECRETS = 100  # names in work.secrets
+MAX_AFTER = 100  # entries of after (job dependencies)
 CREDENTIAL_SCHEMES = ("s3://", "gs://")  # sources data[i].credentials may apply to
 
 
@@ -92,6 +100,24 @@ class WorkSpec(_Strict):
     network: Literal["egress", "none"] = "egress"
     # names of the owner's secrets put into the job's environment (SPEC §2, issue 23): names only, never values
     secrets: list[StrictStr] = Field(default_factory=list, max_length=MAX_SECRETS)
+    # the name of a secret {"username", "password"} the image is pulled with (SPEC §2, issue 23)
+    image_credentials: StrictStr | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and "://" not in value and not value.endswith(".sif") \
+                and not IMAGE_REFERENCE.fullmatch(value):
+            raise ValueError("is not an image reference: [registry[:port]/]name[:tag][@sha256:digest], "
+                             "lower-case name")
+        return value
+
+    @field_validator("image_credentials")
+    @classmethod
+    def _image_credentials(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_KEY.fullmatch(value):
+            raise ValueError("must name a secret: [A-Z_][A-Z0-9_]*")
+        return value
 
     @field_validator("command")
     @classmethod
@@ -174,6 +200,8 @@ class ComputeSpec(_Strict):
     cpus: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
     memory_gb: Annotated[StrictInt | StrictFloat, Field(gt=0, le=1_000_000)] | None = None
     time_limit: StrictInt | StrictStr
+    # A gang (nodes > 1) without gpu_model goes on nodes of one GPU model unless this is true (SPEC §5).
+    mixed_models: StrictBool = False
 
     @field_validator("gpu_model", mode="before")
     @classmethod
@@ -218,15 +246,90 @@ class OutputSpec(_Strict):
         return value
 
 
+class CheckpointSpec(_Strict):
+    """``checkpoint``: a directory of the job dir (``path``, relative, not the job dir itself) the
+    platform keeps between attempts: packed with the outputs at every end of an attempt, put back
+    in place before a later attempt starts (SPEC §2, checkpoints). ``resume_from``: a job of the
+    same owner whose newest version the first attempt starts with."""
+
+    path: Annotated[StrictStr, Field(min_length=1, max_length=500)]
+    # another job of mine whose newest kept version the first attempt starts with (a rerun that resumes)
+    resume_from: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        clean = posixpath.normpath(check_relative_path(value.strip()))
+        if clean in (".", ""):
+            raise ValueError("must name a directory inside the job dir, not the job dir itself")
+        if any(ch in clean for ch in "*?[]"):
+            raise ValueError("must be a directory, not a glob")
+        return clean
+
+
+RETRY_ON = ("failed", "timed_out", "node_lost")  # outcomes a retry may cover (SPEC §2 retry)
+MAX_RETRY_ATTEMPTS = 10
+
+
+class RetrySpec(_Strict):
+    """``retry``: how many attempts the job may have in all (1: never retried, not even on a node
+    loss) and which ended attempts are retried besides a lost node (always retried while attempts
+    are left: the platform's fault). A cancel is never retried. After SkyPilot's
+    ``max_restarts_on_errors`` and Slurm's ``--requeue``."""
+
+    attempts: Annotated[StrictInt, Field(ge=1, le=MAX_RETRY_ATTEMPTS)]
+    on: list[Literal["failed", "timed_out", "node_lost"]] = Field(default_factory=lambda: ["node_lost"],
+                                                                    max_length=len(RETRY_ON))
+
+    @field_validator("on")
+    @classmethod
+    def _on(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names an outcome twice")
+        return value
+
+
+class AfterItem(_Strict):
+    """One entry of ``after`` (SPEC §2, issue 25 item 7): the job waits for job ``job`` or for every
+    task of array ``array`` (exactly one of the two) to have ``succeeded`` (the default) or to have
+    ``ended`` with any outcome. After Slurm's ``--dependency=afterok`` and ``afterany``."""
+
+    job: Annotated[StrictInt, Field(ge=1)] | None = None
+    array: Annotated[StrictInt, Field(ge=1)] | None = None
+    when: Literal["succeeded", "ended"] = "succeeded"
+
+    @model_validator(mode="after")
+    def _one_target(self) -> AfterItem:
+        if (self.job is None) == (self.array is None):
+            raise ValueError("must name one job (job: ID) or one array (array: ID)")
+        return self
+
+
 class JobSpec(_Strict):
-    """A validated spec: name, work, data, compute, output, and ``array`` (SPEC §2)."""
+    """A validated spec: name, work, data, compute, output, ``retry``, ``checkpoint``, ``array``
+    and ``after`` (SPEC §2)."""
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
     work: WorkSpec
     data: list[DataItem] = Field(default_factory=list, max_length=MAX_DATA)
     compute: ComputeSpec
     output: OutputSpec = Field(default_factory=OutputSpec)
+    retry: RetrySpec | None = None  # None: the site's attempts (E31_MAX_ATTEMPTS) on node loss only
+    checkpoint: CheckpointSpec | None = None  # a directory kept between attempts
     array: StrictInt | None = None  # N tasks, each a job with E31_ARRAY_INDEX 0..N-1 (apps.jobs.arrays)
+    # jobs or arrays this job waits for (apps.jobs.dependencies)
+    after: list[AfterItem] = Field(default_factory=list, max_length=MAX_AFTER)
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: list[AfterItem]) -> list[AfterItem]:
+        seen: set[tuple[str, int]] = set()
+        for item in value:
+            key = ("job", item.job) if item.job is not None else ("array", item.array or 0)
+            if key in seen:
+                raise ValueError(f"names {key[0]} {key[1]} twice")
+            seen.add(key)
+        return value
 
     @field_validator("array")
     @classmethod
@@ -244,11 +347,27 @@ class JobSpec(_Strict):
 
 
 def spec_document(spec: JobSpec, *, exclude: set[str] | None = None) -> dict[str, Any]:
-    """The stored (JSON) form of a validated spec: ``work.secrets`` and ``data[i].credentials`` are
-    left out when unused, so a spec that names none reads as it did before they existed."""
+    """The stored (JSON) form of a validated spec: ``work.secrets``, ``data[i].credentials``,
+    ``compute.mixed_models`` and ``after`` are left out when unused, so a spec that names none reads
+    as it did before they existed; an ``after`` entry keeps ``job`` or ``array``, the one it names."""
     document = spec.model_dump(mode="json", exclude=exclude)
+    if not document.get("after"):
+        document.pop("after", None)
+    for item in document.get("after") or []:
+        for key in ("job", "array"):
+            if item.get(key) is None:
+                item.pop(key, None)
+    for optional in ("retry", "checkpoint"):
+        if optional in document and document[optional] is None:
+            document.pop(optional)
+    if document.get("checkpoint") and document["checkpoint"].get("resume_from") is None:
+        document["checkpoint"].pop("resume_from", None)
     if not document["work"].get("secrets"):
         document["work"].pop("secrets", None)
+    if document["work"].get("image_credentials") is None:
+        document["work"].pop("image_credentials", None)
+    if not document["compute"].get("mixed_models"):
+        document["compute"].pop("mixed_models", None)
     for item in document.get("data") or []:
         if item.get("credentials") is None:
             item.pop("credentials", None)
@@ -343,6 +462,8 @@ def parse_spec(document: Any, *, time_limit_max_s: int | None = None,
         errors["output.retention_days"] = [f"Is {days}; the most this site keeps outputs is {retention_days_max} days."]
     errors.update(_target_clashes(spec.data))
     errors.update(_secret_name_errors(spec.work))
+    if spec.work.image_credentials and not spec.work.image:
+        errors["work.image_credentials"] = ["Credentials apply to an image: set work.image too."]
     for index, item in enumerate(spec.data):
         if item.credentials and not item.source.startswith(CREDENTIAL_SCHEMES):
             errors[f"data[{index}].credentials"] = ["Credentials apply to s3:// and gs:// sources only."]
@@ -469,9 +590,10 @@ def compute_request(compute: Mapping[str, Any]) -> ComputeRequest:
 
 def requirement_columns(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The typed requirement columns of :class:`apps.jobs.models.Job` for a validated spec (JSON form):
-    ``{"gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime"}``. The scheduler
-    reads these, never the spec."""
+    ``{"gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime", "mixed_models"}``.
+    The scheduler reads these, never the spec."""
     request = compute_request(spec["compute"])
     return {"gpu_models": list(request.gpu_models), "gpu_memory_mib": request.gpu_memory_mib,
             "cpus": request.cpus, "memory_mib": request.memory_mib,
-            "needs_runtime": bool((spec.get("work") or {}).get("image"))}
+            "needs_runtime": bool((spec.get("work") or {}).get("image")),
+            "mixed_models": bool(spec["compute"].get("mixed_models"))}

@@ -21,6 +21,7 @@ from apps.scheduling.tasks import enqueue_schedule_cycle
 
 from . import signals
 from .models import Job, JobEvent
+from .reasons import end_words, needs_reason
 
 
 class TransitionError(Exception):
@@ -82,6 +83,11 @@ def transition(job: Job, to: str, *, detail: str = "", now: datetime | None = No
     if to not in ALLOWED_MOVES[src]:
         raise TransitionError(f"job {job.pk}: {src} -> {to} is not allowed")
     now = now or clock.now()
+    outcome = fields.get("outcome", job.outcome)
+    if to == JobState.RELEASED and not fields.get("status_message") and needs_reason(outcome):
+        # The release's reason, in the job page's words: the API, CLI, e-mails and webhooks read it here
+        # (a release with its own words, such as a lost output, keeps them).
+        fields["status_message"] = end_words(job, released_from=src, release_detail=detail)[:500]
     if isinstance(fields.get("status_message"), str):
         fields["status_message"] = redact_text(fields["status_message"])  # shown on the job page and API
     values = _moved_values(to, now, fields)
@@ -130,6 +136,9 @@ def transition_bulk(job_ids: list[int], src: str, to: str, *, detail: str = "", 
     if not rows:
         return []
     ids = [pk for pk, _ in rows]
+    if to == JobState.RELEASED and src != JobState.OUTPUT and not fields.get("status_message") \
+            and needs_reason(str(fields.get("outcome", ""))):
+        fields["status_message"] = redact_text(detail)[:500]  # the release's reason, as transition() writes it
     values = _moved_values(to, now, fields)
     Job.objects.filter(pk__in=ids).update(event_seq=F("event_seq") + 1, **values)
     JobEvent.objects.bulk_create([JobEvent(job_id=pk, seq=seq + 1, at=now, from_state=src, to_state=to,

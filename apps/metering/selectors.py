@@ -9,7 +9,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Sum
 
 from apps.core import clock
 from apps.core.choices import NodeState
@@ -134,6 +134,41 @@ def job_money(leases, now: datetime) -> Money:
             seconds += price.billed_seconds or 0
             accruing = accruing or price.running
     return Money(total, seconds, accruing)
+
+
+@dataclass(frozen=True)
+class ArrayMoney:
+    """What a job array's tasks have cost so far (SPEC §4, summed as :func:`job_money` sums a job):
+    ``cost`` (USD, 6 places), ``gpu_seconds`` billed, ``accruing`` while a task's meter runs."""
+
+    cost: Decimal
+    gpu_seconds: int
+    accruing: bool
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600
+
+
+def arrays_money(array_ids: list[int], now: datetime | None = None) -> dict[int, ArrayMoney]:
+    """:class:`ArrayMoney` of each array of ``array_ids``: the ended charged leases summed by the
+    database, the open ones priced up to ``now`` (default :func:`apps.core.clock.now`)."""
+    now = now or clock.now()
+    ended = {row["job__array_id"]: row for row in Lease.objects.filter(
+        job__array_id__in=array_ids, charged=True, cost__isnull=False).values("job__array_id").annotate(
+        cost_sum=Sum("cost"), gpu_seconds=Sum(F("billed_seconds") * F("gpu_count")))}
+    out = {pk: ArrayMoney(Decimal((ended.get(pk) or {}).get("cost_sum") or 0),
+                          int((ended.get(pk) or {}).get("gpu_seconds") or 0), False) for pk in array_ids}
+    for lease in Lease.objects.filter(job__array_id__in=array_ids, charged=True, cost__isnull=True) \
+            .select_related("job"):
+        price = lease_price(lease, now)
+        if price.cost is None:
+            continue
+        was = out[lease.job.array_id]
+        out[lease.job.array_id] = ArrayMoney(was.cost + price.cost,
+                                             was.gpu_seconds + (price.billed_seconds or 0) * lease.gpu_count,
+                                             was.accruing or price.running)
+    return out
 
 
 # --- GPU-hours by day (the usage page's chart) ------------------------------

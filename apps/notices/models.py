@@ -15,6 +15,10 @@ class NoticePreference(models.Model):
                                  related_name="notice_preference")
     email_on_release = models.BooleanField(
         default=False, help_text="Send an e-mail to the account's address when one of its jobs is released.")
+    email_on_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When e-mail was last turned on (empty: not known). The notice reconcile sends late "
+                  "release e-mails only for jobs released since.")
 
     def __str__(self) -> str:
         return f"notices of {self.owner_id}"

@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from apps.core import clock
 from apps.core.choices import JobState
 from apps.jobs.models import Job
 from apps.metering.budget import budget_alert_of
@@ -25,8 +26,14 @@ def email_on_release(user) -> bool:
 
 
 def preference_set(*, user, email_on_release: bool) -> NoticePreference:
-    """Store ``user``'s choice; idempotent."""
-    pref, _ = NoticePreference.objects.update_or_create(owner=user, defaults={"email_on_release": email_on_release})
+    """Store ``user``'s choice; idempotent. Turning e-mail on stamps ``email_on_since`` (the clock's
+    now), so the notice reconcile (:mod:`.reconcile`) never mails jobs released before the choice."""
+    with transaction.atomic():
+        pref, _ = NoticePreference.objects.select_for_update().get_or_create(owner=user)
+        if email_on_release and not pref.email_on_release:
+            pref.email_on_since = clock.now()
+        pref.email_on_release = email_on_release
+        pref.save(update_fields=["email_on_release", "email_on_since"])
     return pref
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
-from . import services
+from . import reconcile, services
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +15,16 @@ log = logging.getLogger(__name__)
 def release_email_task(job_id: int) -> None:
     """Send the release e-mail of job ``job_id`` if its owner wants one."""
     services.release_email_send(job_id=job_id)
+
+
+@shared_task(ignore_result=True)
+def release_emails_reconcile_task() -> None:
+    """Send the release e-mails a lost or failed task left unsent (:func:`.reconcile.release_emails_reconcile`);
+    Celery beat runs it every ``E31_NOTICE_RECONCILE_PERIOD_S``."""
+    sent = reconcile.release_emails_reconcile(settle_s=settings.E31_NOTICE_RECONCILE_SETTLE_S,
+                                              window_s=settings.E31_NOTICE_RECONCILE_WINDOW_S)
+    if sent:
+        log.info("notice reconcile: %s release e-mail(s) sent late", sent)
 
 
 def enqueue_release_email(job_id: int) -> None:

@@ -47,11 +47,16 @@ def _jobs() -> Iterator[Metric]:
 
 
 def _pool() -> Iterator[Metric]:
-    gpus = GaugeMetricFamily("e31_gpus", "GPUs by model and state (free, leased, fenced, down).",
+    gpus = GaugeMetricFamily("e31_gpus", "GPUs by model and state (free, leased, fenced, quarantined, down).",
                              labels=["model", "state"])
     for (model, state), n in sorted(selectors.gpus_by_model_and_state().items()):
         gpus.add_metric([model, state], n)
     yield gpus
+    held = GaugeMetricFamily("e31_gpu_quarantined", "1 for each GPU held back as unclean, with its reason.",
+                             labels=["node", "gpu", "reason"])
+    for name, index, reason in selectors.gpus_quarantined():
+        held.add_metric([name, str(index), reason], 1)
+    yield held
     now = clock.now()
     states = GaugeMetricFamily("e31_node_up", "1 where the node is in this state.", labels=["node", "state"])
     drain = GaugeMetricFamily("e31_node_draining", "1 where an operator drains the node.", labels=["node"])

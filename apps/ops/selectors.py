@@ -39,19 +39,29 @@ def queue_oldest_age_s(now: datetime) -> float:
 
 def gpus_by_model_and_state() -> Counter[tuple[str, str]]:
     """GPUs present in their node's inventory, by ``(model, state)``: ``down`` (the node is not up),
-    ``fenced`` (held by a fenced lease, SPEC §4), ``leased`` or ``free``."""
+    ``fenced`` (held by a fenced lease, SPEC §4), ``leased``, ``quarantined`` (held back as unclean,
+    SPEC §5) or ``free``."""
     held = dict(LeaseGpu.objects.filter(open=True).values_list(
         "gpu_id", "lease__fenced_at"))
     counts: Counter[tuple[str, str]] = Counter()
-    for gpu_id, model, node_state in Gpu.objects.filter(present=True).values_list("id", "model", "node__state"):
+    for gpu_id, model, node_state, quarantined_at in Gpu.objects.filter(present=True).values_list(
+            "id", "model", "node__state", "quarantined_at"):
         if node_state != NodeState.UP:
             state = "down"
         elif gpu_id in held:
             state = "fenced" if held[gpu_id] is not None else "leased"
+        elif quarantined_at is not None:
+            state = "quarantined"
         else:
             state = "free"
         counts[(model, state)] += 1
     return counts
+
+
+def gpus_quarantined() -> list[tuple[str, int, str]]:
+    """Every quarantined GPU present: ``(node name, index, reason)``."""
+    return list(Gpu.objects.filter(present=True, quarantined_at__isnull=False).order_by(
+        "node__name", "index").values_list("node__name", "index", "quarantine_reason"))
 
 
 def nodes() -> list[dict[str, Any]]:

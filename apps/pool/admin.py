@@ -4,13 +4,14 @@ from django.utils.html import format_html, format_html_join
 from apps.core.admin import LedgerAdmin
 
 from .models import Gpu, Node, NodeDowntime
+from .quarantine import gpu_lift_by_operator
 from .services import node_set_drain
 
 
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    readonly_fields = ["index", "uuid", "model", "memory_mb", "present"]
+    readonly_fields = ["index", "uuid", "model", "memory_mb", "present", "quarantine_reason", "quarantined_at"]
 
 
 @admin.register(Node)
@@ -53,8 +54,15 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ["node", "index", "model", "memory_mb", "uuid", "present"]
-    list_filter = ["model", "present"]
+    list_display = ["node", "index", "model", "memory_mb", "uuid", "present", "quarantine_reason", "quarantined_at"]
+    list_filter = ["model", "present", ("quarantined_at", admin.EmptyFieldListFilter)]
+    readonly_fields = ["quarantine_reason", "quarantined_at"]
+    actions = ["lift_quarantine"]
+
+    @admin.action(description="Lift quarantine: take jobs again (a later unclean heartbeat holds it back again)")
+    def lift_quarantine(self, request, queryset):
+        lifted = sum(gpu_lift_by_operator(gpu=gpu) for gpu in queryset.select_related("node"))
+        self.message_user(request, f"{lifted} GPU quarantine{'s' if lifted != 1 else ''} lifted.")
 
 
 @admin.register(NodeDowntime)

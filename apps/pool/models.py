@@ -33,6 +33,8 @@ class Node(models.Model):
     memory_bytes = models.BigIntegerField(default=0)
     disk_bytes = models.BigIntegerField(default=0)
     runtimes = models.JSONField(default=list, blank=True, help_text="Container runtimes found.")
+    data_schemes = models.JSONField(null=True, blank=True, help_text=(
+        "The data source schemes its agent reads (https, s3, gs, ...); null: an agent that does not say."))
     simulated = models.BooleanField(default=False)
     sandboxed = models.BooleanField(
         default=False,
@@ -61,12 +63,14 @@ class Node(models.Model):
         "ecc_uncorrected", "ecc_corrected", "warning"}]``; figures are None where the agent
         could not read them. Warnings: temperature at or above ``GPU_HOT_C`` (the slowdown
         range of data-centre GPUs per NVIDIA's thermal specs), or any uncorrected ECC error
-        since the driver loaded (NVIDIA's advice: drain and reset the GPU).
+        since the driver loaded (NVIDIA's advice: drain and reset the GPU); first, where the GPU is
+        quarantined (SPEC §5), "quarantined: <reason>".
         """
         rows = []
+        held = {g.index: g.quarantine_reason for g in self.gpus.all() if g.quarantined_at is not None}
         for gpu in (self.health or {}).get("gpus") or []:
             temp, ecc = gpu.get("temperature_c"), gpu.get("ecc_uncorrected")
-            warnings = []
+            warnings = [f"quarantined: {held[gpu.get('index')]}"] if gpu.get("index") in held else []
             if temp is not None and temp >= GPU_HOT_C:
                 warnings.append(f"hot ({temp} °C)")
             if ecc:
@@ -89,6 +93,11 @@ class Gpu(models.Model):
     model = models.CharField(max_length=64, db_index=True)
     memory_mb = models.PositiveIntegerField()
     present = models.BooleanField(default=True, help_text="In the node's last inventory.")
+    quarantine_reason = models.CharField(
+        max_length=200, blank=True, default="",
+        help_text="Why no job gets this GPU (memory in use or a process with no lease, uncorrected ECC errors); "
+                  "'' when clean. Written only by apps.pool.state.")
+    quarantined_at = models.DateTimeField(null=True, blank=True, help_text="Since when it is quarantined.")
 
     class Meta:
         ordering = ["node", "index"]

@@ -15,6 +15,7 @@ from apps.core.choices import NodeState
 
 from . import signals
 from .models import Gpu, Node, NodeDowntime, token_digest
+from .quarantine import gpus_check_clean
 from .state import node_move
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,12 @@ def node_register(*, node: Node, inventory: dict[str, Any], now: datetime | None
     for key in ("hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes", "simulated"):
         setattr(node, key, inventory[key])
     node.sandboxed = bool(inventory.get("sandboxed", False))  # an agent that does not say is not sealed
+    node.data_schemes = inventory.get("data_schemes")  # None: it does not say (read as every scheme)
     node.registered_at = node.last_heartbeat_at = now
     node.first_registered_at = node.first_registered_at or now
     node.save(update_fields=["hostname", "agent_version", "cpus", "memory_bytes", "disk_bytes", "runtimes",
-                             "simulated", "sandboxed", "registered_at", "last_heartbeat_at", "first_registered_at"])
+                             "simulated", "sandboxed", "data_schemes", "registered_at", "last_heartbeat_at",
+                             "first_registered_at"])
     node_move(node, NodeState.DRAINING if node.drain else NodeState.UP)  # the row is locked: it moves
     seen = set()
     for gpu in inventory["gpus"]:
@@ -79,7 +82,8 @@ def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None, now: dat
     """Stamp a heartbeat at ``now`` (the server's clock). A down node must register again.
 
     ``health`` (validated: ``{"source", "gpus": [...]}``, see ``Node.health``) replaces the
-    stored one, stamped with the server's time as ``at`` (ISO 8601).
+    stored one, stamped with the server's time as ``at`` (ISO 8601), and quarantines each GPU it shows
+    unclean, or lifts it when clean again (:func:`apps.pool.quarantine.gpus_check_clean`).
     """
     now = now or clock.now()
     beat = Node.objects.filter(pk=node.pk)
@@ -88,6 +92,7 @@ def node_heartbeat(*, node: Node, health: dict[str, Any] | None = None, now: dat
     else:
         beat.update(last_heartbeat_at=now,
                     health={**health, "gpus": [dict(g) for g in health.get("gpus", [])], "at": now.isoformat()})
+        gpus_check_clean(node=node, health=health, now=now)  # unclean GPUs are held back (SPEC §5)
 
 
 @transaction.atomic

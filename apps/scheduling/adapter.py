@@ -29,11 +29,11 @@ from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
 
 from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, job_request, predict_runtime, schedule
-from .core.matching import model_matches, node_could_ever_hold
+from .core.matching import model_matches, model_trials, node_could_ever_hold, one_kind
 from .core.prestage import prestage_targets
 from .models import SchedulerCycle
 from .node_cache import cached_inputs
-from .ports import PositionChange, job_queue
+from .ports import JobQueue, PositionChange, QueuedJob, job_queue
 from .usage import usage_now
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def policy_from_settings(name: str | None = None) -> PolicyConfig:
 
 
 def pool_views(now: datetime) -> list[NodeView]:
-    """Nodes not down with their present GPUs; a held GPU is free at its lease's time limit.
+    """Nodes not down with their present GPUs, quarantined ones left out (SPEC §5: no job is placed on
+    them); a held GPU is free at its lease's time limit.
 
     Plain reads (no model instances, no job specs): the holds through the port (with the CPUs
     and memory, MiB, their jobs hold a node's with), GPUs and nodes as ``values_list``.
@@ -91,7 +92,7 @@ def pool_views(now: datetime) -> list[NodeView]:
     for gpu_id, lease_id in held_gpus:
         held[gpu_id] = leases.get(lease_id, (soon, None, None))
     gpus: dict[int, list[GpuSlot]] = defaultdict(list)
-    for gpu_id, node_id, model, memory_mib in Gpu.objects.filter(present=True).exclude(
+    for gpu_id, node_id, model, memory_mib in Gpu.objects.filter(present=True, quarantined_at__isnull=True).exclude(
             node__state=NodeState.DOWN).order_by("node_id", "index").values_list("id", "node_id", "model", "memory_mb"):
         gpus[node_id].append(GpuSlot(gpu_id, model, memory_mib, *held.get(gpu_id, (0.0, None, None))))
     views = []
@@ -130,11 +131,40 @@ def pool_capacity() -> list[NodeView]:
     ]
 
 
+def quarantine_views() -> list[tuple[NodeView, list[str]]]:
+    """The nodes not down that have quarantined GPUs, each as a view with all its present GPUs free,
+    and the words for each quarantined GPU (``"node-a GPU 0: 2 uncorrected ECC errors"``).
+    One small query; empty (the usual case) when no GPU is quarantined."""
+    rows = list(Gpu.objects.filter(present=True, quarantined_at__isnull=False).exclude(
+        node__state=NodeState.DOWN).values_list("node_id", "node__name", "index", "quarantine_reason"))
+    if not rows:
+        return []
+    words: dict[int, list[str]] = defaultdict(list)
+    for node_id, name, index, reason in rows:
+        words[node_id].append(f"{name} GPU {index}: {reason}")
+    return [(v, words[v.node_id]) for v in pool_capacity() if v.node_id in words and v.state != NodeState.DOWN]
+
+
+def quarantine_reason(request: JobRequest, quarantined: list[tuple[NodeView, list[str]]]) -> str | None:
+    """The pending reason of a job with no likely start that a node could hold but for its quarantined
+    GPUs (issue 26 item 3), e.g. "waiting for GPUs held back as unclean: node-a GPU 0: 2 uncorrected
+    ECC errors"; None when no quarantined GPU would help."""
+    able = [words for view, words in quarantined if node_could_ever_hold(request, view)]
+    if not able:
+        return None
+    names = [w for ws in able for w in ws]
+    shown = "; ".join(names[:3]) + (f"; and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"waiting for GPUs held back as unclean (quarantined): {shown}"
+
+
 def pool_refusal(request: JobRequest) -> str | None:
     """Why no node the pool knows (whatever its state) could ever hold ``request``, or None.
 
     The message names the largest thing the pool does have, e.g. "no node has
-    16 GPUs of model H100; the most on one node is 8".
+    16 GPUs of model H100; the most on one node is 8", "no node has GPUs of model L40S; the pool
+    has A100-40GB, H100-80GB", "no GPU has 120 GB; the largest has 85.5 GB (H100-80GB)"
+    (GB are 10**9 bytes: NVML's 81,559 MiB of an "80GB" card are 85.5). A gang that could be
+    placed only across GPU models is :func:`gang_refusal`'s.
     """
     views = pool_capacity()
     if not views:
@@ -144,6 +174,15 @@ def pool_refusal(request: JobRequest) -> str | None:
         return None
     models = " or ".join(request.gpu_models)
     if not able:
+        kinds = [g for v in views for g in v.gpus
+                 if not request.gpu_models or any(model_matches(m, g.model) for m in request.gpu_models)]
+        if not kinds:
+            return f"no node has GPUs of model {models}; the pool has {', '.join(_models(views))}"
+        if request.gpu_memory_mib and all(g.memory_mib < request.gpu_memory_mib for g in kinds):
+            largest = max(kinds, key=lambda g: g.memory_mib)
+            return (f"no GPU{f' of model {models}' if models else ''} has {mib_to_gb(request.gpu_memory_mib):g} GB; "
+                    f"the largest has {mib_to_gb(largest.memory_mib):g} GB ({largest.model})")
+
         def fitting(v: NodeView) -> int:
             return sum(1 for g in v.gpus if (not request.gpu_models or any(
                 model_matches(m, g.model) for m in request.gpu_models)) and g.memory_mib >= request.gpu_memory_mib)
@@ -166,6 +205,38 @@ def pool_refusal(request: JobRequest) -> str | None:
             f"the job asks for {request.nodes} such nodes")
 
 
+def _models(views: list[NodeView]) -> list[str]:
+    """The distinct GPU models of ``views``, by name."""
+    return sorted({g.model for v in views for g in v.gpus})
+
+
+def gang_refusal(request: JobRequest) -> str | None:
+    """Why a gang of one kind (:func:`~.core.matching.one_kind`: more than one node, no
+    ``gpu_model``, no ``mixed_models``) could never be placed: no GPU model has ``nodes`` nodes
+    the pool knows (whatever their state) that could each hold a rank; None when one has, or
+    for any other job. :func:`pool_refusal` is asked first (a request no node holds at all).
+
+    E.g. "no 2 nodes of one GPU model can hold 4 GPUs each: the pool has 1 such node of
+    A100-40GB and 1 of H100-80GB; set compute.mixed_models: true to let the gang mix models, or
+    ask for fewer nodes".
+    """
+    if not one_kind(request):
+        return None
+    views = pool_capacity()
+    counts = {t.only_model: sum(1 for v in views if node_could_ever_hold(t, v))
+              for t in model_trials(request, _models(views))}
+    if max(counts.values(), default=0) >= request.nodes:
+        return None
+    k = request.gpus_per_node
+    have = sorted(((n, m) for m, n in counts.items() if n), key=lambda c: (-c[0], c[1]))
+    parts = [f"{n} such node{'s' if n > 1 else ''} of {m}" if i == 0 else f"{n} of {m}"
+             for i, (n, m) in enumerate(have)]
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
+    return (f"no {request.nodes} nodes of one GPU model can hold {k} GPU{'s' if k > 1 else ''} each: the pool "
+            f"has {listed or 'none'}; set compute.mixed_models: true to let the gang mix models, "
+            "or ask for fewer nodes")
+
+
 def _lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
@@ -179,6 +250,16 @@ def _estimate_moved(old: float | None, new: float | None) -> bool:
     if old is None or new is None:
         return old is not new
     return abs(new - old) >= ESTIMATE_SLACK_S
+
+
+def _write_held(queue: JobQueue, rows: list[QueuedJob], reasons: dict[int, str]) -> None:
+    """Store the reason of each job held out of the plan (no place, no likely start, no bound),
+    only where it changed."""
+    changed = [PositionChange(r.job_id, r.owner_id, None, None, reasons[r.job_id], None) for r in rows
+               if (r.queue_position, r.pending_reason, r.estimated_start_s, r.latest_start_s)
+               != (None, reasons[r.job_id], None, None)]
+    if changed:
+        queue.write_positions(changed)
 
 
 def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
@@ -199,9 +280,16 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         now = now or clock.now()
         queue = job_queue()
         rows = queue.queued()
+        # Jobs waiting for their dependencies are not in the plan (issue 25 item 7); those that can
+        # never start are released here. Read after the queue: a job submitted between the two reads
+        # waits for the next cycle.
+        held, gone = queue.held_back(now=now)
+        if held or gone:
+            _write_held(queue, [r for r in rows if r.job_id in held], held)
+            rows = [r for r in rows if r.job_id not in held and r.job_id not in gone]
         if not rows:
             queue.prestage([], now=now)
-            return {"placed": 0, "queued": 0, "seconds": time.monotonic() - started}
+            return {"placed": 0, "queued": len(held), "seconds": time.monotonic() - started}
         views = pool_views(now)
         _add_cache_views(views, queue.staging_rates())
         inputs = queue.inputs()
@@ -225,9 +313,14 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
                             usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
                             promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None})
         by_id = {r.job_id: r for r in rows}
+        req_by_id = {r.job_id: r for r in requests}
+        quarantined = quarantine_views()
         changed = []
         for pend in decision.pending:
             row = by_id[pend.job_id]
+            if pend.estimated_start is None and quarantined:
+                pend = dataclasses.replace(
+                    pend, reason=quarantine_reason(req_by_id[pend.job_id], quarantined) or pend.reason)
             est = float(int(pend.estimated_start)) if pend.estimated_start is not None else None  # whole s
             latest = float(math.ceil(pend.latest_start)) if pend.latest_start is not None else None
             if (row.queue_position != pend.queue_position or row.pending_reason != pend.reason
@@ -257,7 +350,7 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
     log.log(logging.INFO if seconds > 0.1 else logging.DEBUG, "schedule cycle: placed %d, queued %d, "
             "%d rows rewritten, %.1f ms", len(decision.placements), len(decision.pending), len(changed),
             seconds * 1000)
-    return {"placed": len(decision.placements), "queued": len(decision.pending), "seconds": seconds,
+    return {"placed": len(decision.placements), "queued": len(decision.pending) + len(held), "seconds": seconds,
             "written": len(changed)}
 
 

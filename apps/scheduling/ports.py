@@ -29,6 +29,7 @@ class QueuedJob(NamedTuple):
     cpus: int  # per node, 0: not asked
     memory_mib: int  # per node, 0: not asked
     needs_runtime: bool  # names a container image
+    mixed_models: bool  # a gang without gpu_models may mix GPU models (SPEC §5)
     queue_position: int | None  # as last written
     estimated_start_s: float | None  # as last written, epoch seconds
     pending_reason: str  # as last written
@@ -58,7 +59,7 @@ class PositionChange(NamedTuple):
 
     job_id: int
     owner_id: int
-    queue_position: int
+    queue_position: int | None  # None: held out of the plan (JobQueue.held_back)
     estimated_start_at: datetime | None  # likely start
     pending_reason: str
     latest_start_at: datetime | None = None  # "no later than"
@@ -69,6 +70,11 @@ class JobQueue(Protocol):
 
     def queued(self) -> list[QueuedJob]:
         """Every queued job, in submit order (oldest first, then by id)."""
+        ...
+
+    def held_back(self, *, now: datetime) -> tuple[dict[int, str], set[int]]:
+        """The queued jobs the plan leaves out: those waiting for their dependencies, by id, with their
+        pending reason, and the ids of those released here because they can never start."""
         ...
 
     def holds(self) -> tuple[dict[int, Hold], list[tuple[int, int]]]:

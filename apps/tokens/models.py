@@ -13,13 +13,18 @@ from django.conf import settings
 from django.db import models
 
 PREFIX_LEN = 8
+NAME_MAX = 100
 
 
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     key_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the key, hex.")
     prefix = models.CharField(max_length=PREFIX_LEN, help_text="The key's first characters, to tell tokens apart.")
+    name = models.CharField(max_length=NAME_MAX, blank=True, default="",
+                            help_text="The user's label for the token (e.g. \"laptop\").")
     created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True,
+                                        help_text="When it last authenticated a request (to the minute), or never.")
 
     class Meta:
         ordering = ["-created_at"]

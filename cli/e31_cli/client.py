@@ -154,13 +154,16 @@ class Api:
         return self.json("GET", f"/jobs/{job_id}/events/")
 
     def log(self, job_id: int, offset: int, attempt: int | None = None,
-            stream: str | None = None) -> tuple[bytes, int]:
+            stream: str | None = None, rank: int = 0) -> tuple[bytes, int]:
         """Log bytes of ``job_id`` from byte ``offset``, and the next offset (``stream``:
-        "stdout"/"stderr" keeps that stream's bytes only; the next offset still moves over both)."""
+        "stdout"/"stderr" keeps that stream's bytes only; the next offset still moves over both).
+        ``rank``: the node rank of a multi-node job (each has its own log; default 0)."""
         params: dict[str, Any] = {"offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
         if stream:
             params["stream"] = stream
+        if rank:
+            params["rank"] = rank
         resp = self.request("GET", f"/jobs/{job_id}/logs/", params=params)
         return resp.content, int(resp.headers.get("X-Next-Offset", offset + len(resp.content)))

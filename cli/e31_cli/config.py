@@ -8,8 +8,11 @@ is written with mode 0600 in a 0700 directory: it holds an API token.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,18 +68,31 @@ def load_file(path: Path) -> dict[str, str]:
 
 
 def save_file(path: Path, *, url: str, token: str) -> None:
-    """Write ``{"url", "token"}`` to ``path``, mode 0600 from the first byte (directory 0700),
-    replacing the old file atomically."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write ``{"url", "token"}`` to ``path``, mode 0600 from the first byte in a 0700 directory
+    (an existing directory open to others is narrowed to 0700), replacing the old file atomically.
+
+    The bytes go to a fresh temporary file in the same directory, created with ``O_EXCL``
+    (``tempfile.mkstemp``: a link planted at any name there is never followed), then renamed over
+    ``path`` (issue 26 item 7: a symlink at ``config.json.tmp`` redirected the token).
+
+    Raises:
+        OSError: the directory or the file cannot be written.
+    """
+    directory = path.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.name != "nt" and stat.S_IMODE(directory.stat().st_mode) & 0o077:
+        directory.chmod(0o700)  # a 0777 dir would let anyone swap the file under us
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")  # 0600, O_EXCL
     try:
-        if hasattr(os, "fchmod"):  # POSIX: an older tmp file may have had another mode
-            os.fchmod(fd, 0o600)
-        os.write(fd, (json.dumps({"url": url, "token": token}, indent=1) + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, (json.dumps({"url": url, "token": token}, indent=1) + "\n").encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def normalize_url(url: str) -> str:

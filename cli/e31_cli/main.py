@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .commands import auth, get, jobs, logs, secrets, usage
+from .commands import arrays, auth, get, jobs, logs, secrets, tokens, usage
 from .context import Ctx
 from .errors import CliError, Exit
 from .output import Out
@@ -48,7 +48,7 @@ def build_parser() -> Parser:
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for module in (auth, jobs, logs, get, usage, secrets):
+    for module in (auth, jobs, arrays, logs, get, usage, secrets, tokens):
         module.register(sub, common)
     return parser
 

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from rich.console import Console
@@ -123,6 +124,26 @@ def state_text(job: dict[str, Any]) -> str:
     if not outcome:
         return cell(state)
     return f"{cell(state)} · [{OUTCOME_STYLE.get(outcome, 'white')}]{cell(outcome)}[/]"
+
+
+def outcome_text(job: dict[str, Any]) -> str:
+    """:func:`state_text` with, once released, the reason in the job page's words (its
+    ``status_message``): ``released · failed (command exited with code 3)``. A success has none."""
+    text = state_text(job)
+    reason = job.get("status_message") if job.get("state") == "released" else ""
+    return f"{text} ({cell(reason)})" if reason else text
+
+
+def money(value: str | float | None) -> str:
+    """A cost as the pages show it, in dollars to the cent (SPEC §4): ``"0.005375"`` -> ``$0.01``;
+    ``""`` for none. The API keeps 6 places (``--json`` prints them as they are)."""
+    if value in (None, ""):
+        return ""
+    try:
+        amount = Decimal(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    except (InvalidOperation, ValueError):
+        return str(value)
+    return f"${amount}"
 
 
 def size(n: int | None) -> str:

@@ -53,6 +53,7 @@ class RegisterRequest(TypedDict):
     runtimes: NotRequired[list[str]]
     simulated: NotRequired[bool]
     sandboxed: NotRequired[bool]
+    data_schemes: NotRequired[list[str]]  # issue 28: source schemes it reads; absent: an agent that does not say
 
 
 class RegisterResponse(TypedDict):
@@ -75,6 +76,8 @@ class GpuHealth(TypedDict):
     memory_used_mb: NotRequired[int | None]
     ecc_uncorrected: NotRequired[int | None]
     ecc_corrected: NotRequired[int | None]
+    processes: NotRequired[int | None]  # compute processes on the GPU (issue 26 item 3)
+    xid: NotRequired[int | None]  # the last XID error NVML reported; 0 or absent: none
 
 
 class Health(TypedDict):
@@ -129,6 +132,18 @@ class InputScope(TypedDict):
     credentials: NotRequired[list[str | None]]
 
 
+class GangNode(TypedDict):
+    rank: int  # node rank, 0 first
+    host: str  # the node's address as the server knows it
+    gpus: int  # GPUs of the gang on that node (an MPI hostfile's slots)
+
+
+class CheckpointPlan(TypedDict):
+    path: str  # checkpoint.path, a directory of the job dir
+    attempt: int | None  # the attempt whose version the files are (None: nothing kept yet)
+    files: list[dict[str, Any]]  # {"path", "size_bytes", "sha256"}, fetched from jobs/<id>/checkpoint/
+
+
 class Assignment(TypedDict):
     job_id: int
     attempt: int
@@ -148,6 +163,8 @@ class Assignment(TypedDict):
     secrets: NotRequired[dict[str, str]]  # work.secrets: name -> value, into the job's environment
     credentials: NotRequired[dict[str, str]]  # data[i].credentials: name -> storage options JSON
     start_refused: NotRequired[str]  # the attempt must fail at its start (start_failed), with this reason
+    gang: NotRequired[list[GangNode]]  # issue 24: the attempt's nodes, for the hostfile (E31_HOSTFILE)
+    checkpoint: NotRequired[CheckpointPlan]  # issue 24: the spec names a checkpoint directory
 
 
 class PrestageOffer(TypedDict):

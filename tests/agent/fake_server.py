@@ -39,6 +39,7 @@ class State:
     )
     completed: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     uploads: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    checkpoints: dict[tuple[int, str], bytes] = field(default_factory=dict)  # (job_id, path) -> the file
     static: dict[str, bytes] = field(default_factory=dict)
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
     running: list[dict[str, int]] = field(default_factory=list)  # register's "running"
@@ -241,6 +242,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(404, {"detail": "no such call"})
         job_id = int(parts[1])
         rest = parts[2:]
+        if rest == ["checkpoint"]:
+            with st.lock:
+                data = st.checkpoints.get((job_id, q.get("path", "")))
+            return self._answer(404, {"detail": "not found"}) if data is None else self._answer(200, raw=data)
         if rest == ["report"]:
             with st.lock:
                 status, answer = self._apply_report(job_id, json.loads(body))

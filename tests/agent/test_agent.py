@@ -52,8 +52,8 @@ def job_processes(workdir: Path) -> list[psutil.Process]:
     return left
 
 
-def bundle_files(server: FakeServer, job_id: int) -> dict[str, bytes]:
-    data = bytes(server.state.bundles[(job_id, 1)])
+def bundle_files(server: FakeServer, job_id: int, attempt: int = 1) -> dict[str, bytes]:
+    data = bytes(server.state.bundles[(job_id, attempt)])
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
 

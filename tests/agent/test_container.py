@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from e31_agent.container import ContainerError, plain, wrap
+from e31_agent.container import GRACE_WRAPPER, ContainerError, plain, wrap
 
 ENV = {"PATH": "/host/bin", "HOME": "/host", "SEED": "1", "CUDA_VISIBLE_DEVICES": "2,3"}
 
@@ -33,7 +33,7 @@ def test_docker_gets_the_leased_gpus_and_env_by_name():
     assert argv[argv.index("-v") + 1] == "/w/jobs/5:/job"
     assert "SEED" in argv and "1" not in argv  # values travel in the environment only
     assert "PATH" not in argv  # the image keeps its own PATH
-    assert argv[-4:] == ["pytorch/pytorch:2.3", "/bin/sh", "-c", "python train.py"]
+    assert argv[-5:] == ["pytorch/pytorch:2.3", "/bin/sh", "-c", GRACE_WRAPPER, "python train.py"]
     assert launch.env["CUDA_VISIBLE_DEVICES"] == "0,1"  # renumbered inside
     assert launch.teardown == ["docker", "rm", "-f", "e31-x-5-1"]
 

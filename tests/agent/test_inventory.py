@@ -70,8 +70,9 @@ def test_it_collects_the_host(tmp_path: Path):
     assert data["cpus"] >= 1 and data["memory_bytes"] > 0 and data["disk_bytes"] > 0
     assert set(data) == {
         "hostname", "agent_version", "gpus", "cpus", "memory_bytes", "disk_bytes",
-        "runtimes", "simulated", "sandboxed",
+        "runtimes", "simulated", "sandboxed", "data_schemes",
     }  # fmt: skip
+    assert data["data_schemes"] == ["https", "upload", "file", "s3", "gs"]  # the agent's cloud extra is installed
 
 
 def test_simulated_gpus_report_healthy_figures_by_uuid(tmp_path):

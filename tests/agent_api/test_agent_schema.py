@@ -9,7 +9,7 @@ from e31_protocol import PROTOCOL_VERSION, ErrorCode, ExitReason, FinishCode, Re
 
 pytestmark = pytest.mark.django_db
 
-BINARY = {"/api/v1/agent/uploads/{upload_id}/": "get"}  # answers bytes, not JSON
+BINARY = {"/api/v1/agent/uploads/{upload_id}/": "get", "/api/v1/agent/jobs/{job_id}/checkpoint/": "get"}  # bytes
 
 
 def _agent_routes() -> list[str]:

@@ -51,6 +51,8 @@ PAIRS: list[tuple[type[serializers.Serializer], type, str]] = [
     (s.HeartbeatAnswerSerializer, p.HeartbeatResponse, "out"),
     (s.AssignedGpuSerializer, p.AssignedGpu, "out"),
     (s.AssignmentSerializer, p.Assignment, "out"),
+    (s.GangNodeSerializer, p.GangNode, "out"),
+    (s.CheckpointPlanSerializer, p.CheckpointPlan, "out"),
     (s.DataInputSerializer, p.DataInput, "out"),
     (s.InputScopeSerializer, p.InputScope, "out"),
     (s.PrestageOfferSerializer, p.PrestageOffer, "out"),
@@ -220,5 +222,6 @@ def test_a_drifted_field_is_caught():
 
 def test_the_protocol_shapes_know_their_optional_keys_at_run_time():
     """``NotRequired`` is seen by Python itself (no string annotations in payloads.py)."""
-    assert p.RegisterRequest.__optional_keys__ == {"agent_version", "disk_bytes", "runtimes", "simulated", "sandboxed"}
+    assert p.RegisterRequest.__optional_keys__ == {"agent_version", "disk_bytes", "runtimes", "simulated", "sandboxed",
+                                                   "data_schemes"}
     assert {"code", "exited"} <= p.BatchReport.__optional_keys__ and "job_id" in p.BatchReport.__required_keys__

@@ -83,3 +83,15 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
                 pytest.fail(f"meter_check after the CLI tests: {exc}\n{err.getvalue()}")
             finally:
                 flush_database()
+
+
+@pytest.fixture
+def fake_api(monkeypatch, tmp_path):
+    """A :class:`tests.cli.fake_api.FakeApi` every command of the test talks to, with a config dir
+    of its own (no live stack)."""
+    from tests.cli.fake_api import FakeApi
+
+    monkeypatch.setenv("E31_CONFIG_DIR", str(tmp_path / "config"))
+    fake = FakeApi()
+    fake.install(monkeypatch)
+    return fake

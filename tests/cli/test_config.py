@@ -87,3 +87,23 @@ def test_a_broken_config_file_is_a_message_not_a_traceback(tmp_path, monkeypatch
     assert "config.json" in err and "e31 login" in err and "Traceback" not in err
     with pytest.raises(CliError):
         load_file(tmp_path / "config.json")
+
+
+def test_a_link_planted_at_the_old_temporary_name_is_not_followed(tmp_path):
+    path = tmp_path / "e31" / "config.json"
+    path.parent.mkdir(mode=0o700)
+    target = tmp_path / "stolen"
+    (path.parent / "config.json.tmp").symlink_to(target)
+    save_file(path, url="http://x", token="secret")
+    assert not target.exists()
+    assert json.loads(path.read_text())["token"] == "secret"
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.json", "config.json.tmp"]
+
+
+def test_an_existing_config_dir_open_to_others_is_made_0700(tmp_path):
+    path = tmp_path / "e31" / "config.json"
+    path.parent.mkdir()
+    path.parent.chmod(0o777)
+    save_file(path, url="http://x", token="secret")
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700

@@ -139,7 +139,8 @@ def test_failure_time_limit_and_cancel(stack):
     assert Lease.objects.get(job_id=slow).billed_seconds == 3
 
     doc = {"name": "two-nodes", "work": {"command": "echo rank $E31_NODE_RANK > out_$E31_NODE_RANK.txt"},
-           "compute": {"gpus": 1, "nodes": 2, "time_limit": "1m"}, "output": {"paths": ["out_*.txt"]}}
+           "compute": {"gpus": 1, "nodes": 2, "mixed_models": True, "time_limit": "1m"},  # H100 + A100 nodes
+           "output": {"paths": ["out_*.txt"]}}
     gang = api.post("/api/v1/jobs/", json=doc).json()["id"]
     job = wait_released(api, [gang], timeout=60)[gang]
     assert job["outcome"] == "succeeded", job

@@ -75,16 +75,44 @@ def test_it_refuses_file_urls_outside_allowed_roots(api, pool, settings):
 @pytest.mark.parametrize("compute,words", [
     ({"gpus": 16, "gpu_model": ["H100"], "time_limit": "1h"},
      "No node has 16 GPUs of model H100; the most on one node is 4."),
-    ({"gpus": 1, "gpu_model": ["L40S"], "time_limit": "1h"}, "the most on one node is 0"),
+    ({"gpus": 1, "gpu_model": ["L40S"], "time_limit": "1h"},
+     "No node has GPUs of model L40S; the pool has A100-40GB, H100-80GB."),
+    ({"gpus": 1, "gpu_memory_gb": 120, "time_limit": "1h"},
+     "No GPU has 120 GB; the largest has 85.5 GB (H100-80GB)."),
+    ({"gpus": 1, "gpu_model": ["A100"], "gpu_memory_gb": 80, "time_limit": "1h"},
+     "No GPU of model A100 has 80 GB; the largest has 42.9 GB (A100-40GB)."),
     ({"gpus": 4, "nodes": 2, "gpu_model": ["H100"], "time_limit": "1h"},
      "Only 1 node can hold 4 H100; the job asks for 2 such nodes."),
-    ({"gpus": 1, "gpu_memory_gb": 100, "time_limit": "1h"}, "with 100 GB or more each"),
+    ({"gpus": 3, "gpu_model": ["A100"], "gpu_memory_gb": 42, "time_limit": "1h"},
+     "No node has 3 GPUs of model A100 with 42 GB or more each; the most on one node is 2."),
 ])
 def test_it_refuses_what_no_node_could_ever_hold(api, pool, compute, words):
     resp = api.post("/api/v1/jobs/", spec(compute=compute), format="json")
     assert resp.status_code == 400
     assert words in resp.json()["compute"][0]
     assert not Job.objects.exists()
+
+
+def test_it_refuses_a_gang_no_one_gpu_model_could_hold(api, pool):
+    """Issue 28 item 7: node-a (H100) and node-b (A100) could each hold a rank, but a gang that
+    names no model goes on one model: refused at submit, naming compute.nodes and the way out."""
+    resp = api.post("/api/v1/jobs/", spec(compute={"gpus": 1, "nodes": 2, "time_limit": "1h"}), format="json")
+    assert resp.status_code == 400
+    assert resp.json()["compute.nodes"] == [
+        "No 2 nodes of one GPU model can hold 1 GPU each: the pool has 1 such node of A100-40GB and 1 of "
+        "H100-80GB; set compute.mixed_models: true to let the gang mix models, or ask for fewer nodes."]
+    assert not Job.objects.exists()
+    mixed = api.post("/api/v1/jobs/", spec(compute={"gpus": 1, "nodes": 2, "mixed_models": True, "time_limit": "1h"}),
+                     format="json")
+    assert mixed.status_code == 201 and mixed.json()["spec"]["compute"]["mixed_models"] is True
+
+
+def test_mixed_models_is_a_boolean_left_out_of_the_stored_spec_when_false(api, pool):
+    bad = api.post("/api/v1/jobs/", spec(compute={"gpus": 1, "mixed_models": "yes", "time_limit": "1h"}),
+                   format="json")
+    assert bad.status_code == 400 and "compute.mixed_models" in bad.json()
+    plain = api.post("/api/v1/jobs/", spec(), format="json")
+    assert plain.status_code == 201 and "mixed_models" not in plain.json()["spec"]["compute"]
 
 
 @pytest.mark.parametrize("body", [b"\xff\xfe", b"[1, 2", b"null", b"12", b'"x"', b"{" * 5000])

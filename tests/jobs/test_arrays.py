@@ -10,6 +10,7 @@ from apps.agent_api.selectors import agent_work_for
 from apps.core.models import AccountProfile
 from apps.jobs.arrays import array_cancel, array_submit
 from apps.jobs.models import Job, JobArray, JobEvent
+from apps.metering.models import Lease
 from apps.scheduling.adapter import schedule_cycle
 
 from ..drive import Agent
@@ -245,3 +246,17 @@ def test_live_my_jobs_gets_the_array_as_one_row_never_a_row_per_task(owner, pool
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_the_array_row_and_page_show_its_cost_gpu_time_and_each_task_s_index(owner, pool, frozen_clock):
+    """Issue 28 item 3: cost and GPU time summed over the tasks' leases, a Task column on the page."""
+    submitted = array_submit(owner=owner, document=spec(array=2))
+    schedule_cycle()
+    for job in Job.objects.filter(array=submitted.array).order_by("array_index"):
+        Agent(job, frozen_clock).run(run_s=540)
+    page = _web(owner).get(f"/arrays/{submitted.array.pk}/").content.decode()
+    leases = list(Lease.objects.filter(job__array=submitted.array))
+    assert len(leases) == 2
+    assert f"{sum(lease.billed_seconds * lease.gpu_count for lease in leases) / 3600:.2f} GPU-h" in page
+    assert f"${sum(lease.cost for lease in leases):.2f}" in page
+    assert '<td class="num cell-index" data-label="Task">1</td>' in page

@@ -28,7 +28,9 @@ class Rank:
 
 @pytest.fixture
 def gang(owner, pool):
-    job = job_submit(owner=owner, document=spec(compute={"gpus": 1, "nodes": 2, "time_limit": "10m"}))
+    # the pool's two nodes are of two GPU models: a gang across them must ask for it (SPEC §5)
+    job = job_submit(owner=owner, document=spec(compute={"gpus": 1, "nodes": 2, "mixed_models": True,
+                                                         "time_limit": "10m"}))
     ranks = [Rank(lease) for lease in Lease.objects.filter(job=job).order_by("node_rank")]
     assert len(ranks) == 2
     return job, ranks
@@ -97,3 +99,22 @@ def test_folded_reports_of_a_gang_end_it_as_one_too(gang):
     assert (job.state, job.outcome, job.exit_code) == ("released", "failed", 3)
     assert [e.to_state for e in job.events.order_by("seq") if e.to_state] == [
         "queued", "rented", "running", "output", "released"]
+
+
+def test_each_rank_gets_the_environment_every_launcher_reads_and_the_gang_s_nodes(gang):
+    """Issue 24 item 2: E31_* and torchrun's names on every rank, the same rendezvous on each."""
+    from apps.agent_api.selectors import agent_work_for
+
+    job, (r0, r1) = gang
+    master = r0.lease.node.hostname or r0.lease.node.name
+    port = str(29500 + job.pk % 1000)
+    gang_nodes = [{"rank": r.lease.node_rank, "host": r.lease.node.hostname or r.lease.node.name, "gpus": 1}
+                  for r in (r0, r1)]
+    for rank in (r0, r1):
+        [assignment] = agent_work_for(rank.lease.node)["assignments"]
+        assert assignment["env"] == {
+            "E31_JOB_ID": str(job.pk), "E31_ATTEMPT": "1", "E31_NODE_RANK": str(rank.lease.node_rank),
+            "E31_NUM_NODES": "2", "E31_GPUS_PER_NODE": "1", "E31_WORLD_SIZE": "2", "E31_MASTER_ADDR": master,
+            "E31_MASTER_PORT": port, "MASTER_ADDR": master, "MASTER_PORT": port, "NNODES": "2",
+            "NODE_RANK": str(rank.lease.node_rank), "WORLD_SIZE": "2"}
+        assert assignment["gang"] == gang_nodes

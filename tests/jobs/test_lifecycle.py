@@ -135,7 +135,7 @@ def test_jobs_an_agent_no_longer_lists_are_requeued_uncharged(frozen_clock, owne
 
 
 def test_a_lost_node_ends_the_other_ranks_of_a_gang_uncharged(frozen_clock, owner, pool):
-    job = submit(owner, gpus=1, nodes=2)
+    job = submit(owner, gpus=1, nodes=2, mixed_models=True)  # the pool: one H100 node, one A100 node
     leases = list(Lease.objects.filter(job=job))
     assert len(leases) == 2
     lost = leases[0].node

@@ -5,6 +5,8 @@ import hashlib
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from ..drive import finished_job, rented_job
 
@@ -113,10 +115,49 @@ def test_the_schema_lists_both_routes(api, pool):
 
 def test_the_job_list_never_inlines_a_manifest_but_points_at_it(api, owner, pool):
     job = _job(owner)
-    listed = next(j for j in api.get("/api/v1/jobs/").json()["results"] if j["id"] == job.pk)
-    assert "files" not in listed["bundle"]
+    with CaptureQueriesContext(connection) as queries:
+        listed = next(j for j in api.get("/api/v1/jobs/").json()["results"] if j["id"] == job.pk)
+    assert "files" not in listed["bundle"] and listed["bundle"]["files_count"] == len(FILES)
+    bundle_reads = [q["sql"] for q in queries.captured_queries if 'FROM "artifacts_bundle"' in q["sql"]]
+    assert bundle_reads and not any('"artifacts_bundle"."files",' in sql or '"artifacts_bundle"."files" FROM' in sql
+                                    for sql in bundle_reads)  # the manifest is counted, never read
     assert listed["bundle"]["files_url"] == f"http://testserver/api/v1/jobs/{job.pk}/files/"
     detail = api.get(f"/api/v1/jobs/{job.pk}/").json()
     assert {f["path"] for f in detail["bundle"]["files"]} == set(FILES)
+    assert detail["bundle"]["files_count"] == len(FILES)
     assert detail["bundle"]["files_url"] == listed["bundle"]["files_url"]
     assert api.get(listed["bundle"]["files_url"]).status_code == 200
+
+
+def test_a_stored_name_with_a_cr_or_lf_is_listed_shown_and_served_never_a_500(api, owner, pool):
+    """A bundle stored before such names were refused (issue 26): the file list, the job page, the
+    file's page and its download work; the download's name has ``_`` for the control characters."""
+    from django.test import Client
+
+    from apps.artifacts.models import Bundle
+
+    job = _job(owner)
+    bundle = Bundle.objects.get(job=job)
+    entry = next(f for f in bundle.files if f["path"] == "out/deep/notes.txt")
+    bundle.files = [*bundle.files, {**entry, "path": "out/a\nb\r.txt"}]
+    bundle.save(update_fields=["files"])
+    listed = api.get(f"/api/v1/jobs/{job.pk}/files/")
+    assert listed.status_code == 200
+    url = next(f["url"] for f in listed.json()["files"] if f["path"] == "out/a\nb\r.txt")
+    assert url.endswith("/files/out/a%0Ab%0D.txt")
+    assert b"".join(api.get(url).streaming_content) == b"hello\n"
+    web = Client()
+    web.force_login(owner)
+    assert web.get(f"/jobs/{job.pk}/").status_code == 200
+    assert web.get(f"/jobs/{job.pk}/files/out/a%0Ab%0D.txt").status_code == 200
+    download = web.get(f"/jobs/{job.pk}/download/out/a%0Ab%0D.txt")
+    assert download.status_code == 200 and download["Content-Disposition"] == 'attachment; filename="a_b_.txt"'
+
+
+def test_a_range_of_5000_digits_on_the_file_and_bundle_endpoints_is_416_or_ignored(api, owner, pool):
+    job = _job(owner)
+    huge = "9" * 5000  # int() refuses past 4,300 digits: was a 500
+    for url in (f"/api/v1/jobs/{job.pk}/files/out/weights.bin", f"/api/v1/jobs/{job.pk}/bundle/"):
+        assert api.get(url, HTTP_RANGE=f"bytes={huge}-").status_code == 416, url
+        assert api.get(url, HTTP_RANGE=f"bytes=0-{huge}").status_code == 206, url  # to the end
+        assert api.get(url, HTTP_RANGE=f"bytes=-{huge}").status_code == 206, url  # the whole file

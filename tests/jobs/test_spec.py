@@ -71,6 +71,12 @@ def test_it_accepts_the_spec_example():
     (spec(output={"paths": ["a/../../b"]}), "output.paths"),
     (spec(output={"paths": ["/abs"]}), "output.paths"),
     (spec(output={"paths": ["ok"], "retention_days": 0}), "output.retention_days"),
+    (spec(retry={"attempts": 0}), "retry.attempts"),
+    (spec(retry={"attempts": 11}), "retry.attempts"),
+    (spec(retry={"on": ["failed"]}), "retry.attempts"),
+    (spec(retry={"attempts": 2, "on": ["oom"]}), "retry.on[0]"),
+    (spec(retry={"attempts": 2, "on": ["failed", "failed"]}), "retry.on"),
+    (spec(retry={"attempts": 2, "on": "failed"}), "retry.on"),
 ])
 def test_it_names_the_bad_field(doc, field):
     errors = errors_of(doc)

@@ -89,3 +89,49 @@ def test_it_starts_nothing_on_a_node_that_is_not_up(state):
     assert d.pending[0].reason == "waiting for a node that can hold 1 GPU on one node to be up"
     d = schedule([job(1, 1)], [node(1, 4, state=state), node(2, 1)], NOW, "e31")
     assert d.placements[0].nodes == ((2, (200,)),)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "easy", "e31"])
+def test_a_gang_without_a_model_waits_for_nodes_of_one_model(policy):
+    """Issue 28 item 7: free GPUs on an A100 and an H100 node do not make a 2-node gang; it waits for
+    the second H100 node, saying so, unless it asks for mixed models."""
+    nodes = [node(1, 4, model="A100-40GB", mem=40960), node(2, 4), node(3, 4, busy_until=(NOW + 600,) * 4)]
+    d = schedule([job(1, 4, nodes=2)], nodes, NOW, policy)
+    assert d.placements == []
+    [pend] = d.pending
+    assert pend.estimated_start == NOW + 600 and set(pend.nodes) == {2, 3}
+    assert "on each of 2 nodes of one GPU model: the GPUs free now are on nodes of different models" in pend.reason
+    mixed = schedule([job(1, 4, nodes=2, mixed_models=True)], nodes, NOW, policy)
+    assert sorted(n for n, _ in mixed.placements[0].nodes) == [1, 2]
+
+
+def test_a_gang_of_one_kind_says_why_it_waits_when_gpus_are_free_across_models():
+    nodes = [node(1, 4, model="A100-40GB", mem=40960), node(2, 4), node(3, 4, busy_until=(NOW + 600,) * 4)]
+    [pend] = schedule([job(1, 4, nodes=2)], nodes, NOW, "e31").pending
+    assert pend.reason == ("waiting for 4 GPUs on each of 2 nodes of one GPU model: the GPUs free now are on "
+                           "nodes of different models (compute.mixed_models: true lets a gang mix them); "
+                           "reserved from 13:56")
+
+
+def test_a_gang_of_one_kind_takes_the_model_that_fits_best_and_never_mixes():
+    nodes = [node(1, 8, model="A100-40GB", mem=40960), node(2, 8, model="A100-40GB", mem=40960),
+             node(3, 4), node(4, 4), node(5, 4, model="L40S-48GB", mem=46068)]
+    [placement] = schedule([job(1, 4, nodes=2)], nodes, NOW, "e31").placements
+    assert sorted(n for n, _ in placement.nodes) == [3, 4]  # the H100 nodes: no GPU left over
+    d = schedule([job(1, 4, nodes=2), job(2, 4, nodes=2), job(3, 4, nodes=2)], nodes, NOW, "e31")
+    used = [sorted(n for n, _ in p.nodes) for p in d.placements]
+    assert sorted(used) == [[1, 2], [1, 2], [3, 4]]  # never the L40S node with an H100 or A100 one
+
+
+def test_a_gang_naming_models_is_not_held_to_one():
+    nodes = [node(1, 4, model="H100-80GB"), node(2, 4, model="H100-94GB", mem=95830)]
+    [placement] = schedule([job(1, 4, nodes=2, gpu_models=("H100",))], nodes, NOW, "e31").placements
+    assert sorted(n for n, _ in placement.nodes) == [1, 2]
+
+
+def test_a_gang_that_no_model_can_hold_alone_has_no_start_and_says_so():
+    nodes = [node(1, 4, model="A100-40GB", mem=40960), node(2, 4)]
+    [pend] = schedule([job(1, 4, nodes=2)], nodes, NOW, "e31").pending
+    assert pend.estimated_start is None
+    assert pend.reason == ("no 2 nodes of one GPU model in the pool can hold 4 GPUs on each of 2 nodes "
+                           "(compute.mixed_models: true lets a gang mix models)")

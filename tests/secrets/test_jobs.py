@@ -199,3 +199,36 @@ def test_credentials_no_key_opens_are_a_400_at_submit(api, owner, pool, settings
     settings.E31_SECRETS_KEY = Fernet.generate_key().decode()
     resp = api.post("/api/v1/jobs/", spec(data=[{"source": "s3://b/a.bin", "credentials": "BUCKET"}]), format="json")
     assert resp.status_code == 400 and "cannot be opened" in resp.json()["data[0].credentials"][0]
+
+
+REGISTRY_LOGIN = json.dumps({"username": "ci-bot", "password": "registry-Pass-771"})
+
+
+@pytest.mark.parametrize("work, value, field", [
+    (_work(image="ghcr.io/team/train:1", image_credentials="REG"), None, "work.image_credentials"),  # no secret
+    (_work(image="ghcr.io/team/train:1", image_credentials="REG"), '{"user": "x"}', "work.image_credentials"),
+    (_work(image="ghcr.io/team/train:1", image_credentials="REG"), "not json", "work.image_credentials"),
+    (_work(image_credentials="REG"), REGISTRY_LOGIN, "work.image_credentials"),  # no image to pull
+    (_work(image="Not An Image"), None, "work.image"),
+])
+def test_bad_image_credentials_and_references_are_a_400_naming_the_field(api, owner, pool, work, value, field):
+    if value is not None:
+        _secret(owner, "REG", value)
+    resp = api.post("/api/v1/jobs/", spec(work=work), format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert "registry-Pass-771" not in resp.content.decode()
+
+
+def test_the_image_login_goes_to_the_holding_node_in_its_credentials(api, owner, db):
+    from ..factories import node_with_gpus
+
+    node = node_with_gpus("node-r", count=2, runtimes=["podman"])
+    _secret(owner, "REG", REGISTRY_LOGIN)
+    resp = api.post("/api/v1/jobs/", spec(work=_work(image="ghcr.io/team/train:1", image_credentials="REG")),
+                    format="json")
+    assert resp.status_code == 201, resp.json()
+    placed(Job.objects.get(pk=resp.json()["id"]))
+    [assignment] = agent_work_for(node)["assignments"]
+    assert assignment["credentials"] == {"REG": REGISTRY_LOGIN}
+    assert assignment["spec"]["work"]["image_credentials"] == "REG"
+    assert "registry-Pass-771" not in api.get(f"/api/v1/jobs/{resp.json()['id']}/").content.decode()

@@ -79,3 +79,16 @@ def test_a_small_anonymous_sign_in_still_works(owner):
         code, _, _ = call("/accounts/login/", {"content-type": "application/x-www-form-urlencoded",
                                                "content-length": str(len(body))}, [body])
     assert code == 403  # Django's CSRF refusal: the body was read and the form handled as usual
+
+
+def test_a_chunked_multipart_upload_without_content_length_is_stored(owner):
+    """Issue 26 item 7: the parsers took a missing Content-Length for an empty body ("file required")."""
+    import json
+    data = b"0123456789" * 20000  # 200,000 bytes, in three chunks
+    body = (b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="in.bin"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n" + data + b"\r\n--xyz--\r\n")
+    chunks = [body[:70000], body[70000:140000], body[140000:]]
+    auth = {"authorization": f"Token {token_issue(user=owner)}", "content-type": MULTIPART}
+    code, answer, read = call("/api/v1/uploads/", {**auth, "transfer-encoding": "chunked"}, chunks)
+    assert (code, read) == (201, 3), answer
+    assert json.loads(answer)["size_bytes"] == len(data) and json.loads(answer)["name"] == "in.bin"

@@ -73,9 +73,10 @@ def test_a_job_released_by_node_loss_keeps_no_stale_progress_words(user, node, w
     agent.say("running")
     jobs_handle_node_loss(node=agent.lease.node, at=timezone.now())
     job = Job.objects.get(pk=agent.job.pk)
-    assert job.state == "released" and job.outcome == "node_lost" and job.status_note == ""
+    assert job.state == "released" and job.outcome == "node_lost" and "lost" in job.status_note  # the reason
     html = web.get(f"/jobs/{job.pk}/").content.decode()
     assert "— running" not in html and "Cost so far" not in html
+    assert f"— {job.status_message}" not in html  # told in the end-detail alert, not again beside the state
 
 
 def test_a_queued_job_says_why_it_waits_once(user, node, web):

@@ -16,7 +16,7 @@ from apps.core.models import AccountProfile
 from apps.jobs.examples import example_attachments, example_file, example_names
 from apps.jobs.models import Job
 
-from .factories import UserFactory, spec_doc
+from .factories import UserFactory, node_with_gpus, spec_doc
 
 pytestmark = pytest.mark.django_db
 
@@ -97,6 +97,14 @@ def test_the_form_submits_a_job_and_goes_to_its_page(web, user, node,
     page = web.get(resp["Location"]).content.decode()
     assert "resnet-finetune" in page and "Rented" in page  # a free node: straight to rented
     assert f"Job {job.pk} submitted." in page
+
+
+def test_the_form_asks_for_retries_and_an_out_of_range_count_is_shown_by_its_field(web, user, node):
+    resp = web.post("/jobs/new/", form_data(retry_attempts="3", retry_on=["failed"]))
+    job = Job.objects.get(pk=new_job_id(resp), owner=user)
+    assert (job.spec["retry"], job.max_attempts) == ({"attempts": 3, "on": ["node_lost", "failed"]}, 3)
+    html = web.post("/jobs/new/", form_data(retry_attempts="11")).content.decode()
+    assert 'aria-invalid="true"' in field_html(html, "retry_attempts") and 'href="#id_retry_attempts"' in html
 
 
 def test_bad_input_is_shown_next_to_its_field_and_nothing_is_lost(web, node):
@@ -452,3 +460,20 @@ def test_the_panel_says_what_is_left_of_the_spend_limit(web, user, node):
     html = web.get("/jobs/new/").content.decode()
     assert "Your spend limit: $50.00 this month" in html and "$50.00</strong> left" in html
     assert "$50.00</strong> left" in web.get("/jobs/new/estimate/?gpus=1&time_limit=1h").content.decode()
+
+
+def test_the_form_names_the_image_s_registry_login_and_a_missing_one_is_shown_by_its_field(web, node):
+    html = web.post("/jobs/new/", form_data(image="ghcr.io/team/train:1", image_credentials="NOPE")).content.decode()
+    assert not Job.objects.exists()
+    assert 'aria-invalid="true"' in field_html(html, "image_credentials") and "no secret named NOPE" in html
+
+
+def test_a_gang_one_model_cannot_hold_is_refused_on_nodes_and_the_box_lets_it_mix(web, node):
+    """Issue 28 item 7: the form's nodes field carries the refusal of a gang no one GPU model could
+    hold; ticking "mix GPU models" submits it."""
+    node_with_gpus("node-b", count=4, model="A100-40GB", memory_mb=40960)
+    html = web.post("/jobs/new/", form_data(gpus="1", nodes="2", gpu_model="", gpu_memory_gb="")).content.decode()
+    assert "No 2 nodes of one GPU model can hold 1 GPU each" in html
+    assert 'href="#id_nodes"' in html and not Job.objects.exists()
+    web.post("/jobs/new/", form_data(gpus="1", nodes="2", gpu_model="", gpu_memory_gb="", mixed_models="on"))
+    assert Job.objects.get().spec["compute"]["mixed_models"] is True

@@ -1,4 +1,5 @@
-"""Input files uploaded by users: ``GET uploads/<id>/``, streamed (docs/agent-protocol.md, "work")."""
+"""Files the agent streams from the site: inputs uploaded by users (``GET uploads/<id>/``) and the
+checkpoint an attempt starts with (``GET jobs/<id>/checkpoint/``) (docs/agent-protocol.md, "work")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import email.message
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlencode
 
 import httpx
 from e31_protocol import API_PREFIX
@@ -26,8 +28,26 @@ class UploadCalls(Transport):
         connecting is retried here (at most ``max_tries`` times); the caller retries a transfer
         that breaks half way.
         """
+        with self._open_stream(f"{API_PREFIX}/uploads/{upload_id}/", abort=abort, max_tries=max_tries) as response:
+            yield response, filename_of(response.headers.get("Content-Disposition"))
+
+    @contextmanager
+    def open_checkpoint_file(
+        self, job_id: int, attempt: int, path: str, *, abort: threading.Event | None = None, max_tries: int = 5
+    ) -> Iterator[httpx.Response]:
+        """Stream ``GET jobs/<id>/checkpoint/?attempt=&path=``: one file of the checkpoint the
+        attempt starts with (issue 24 item 5). Retries as :meth:`open_upload`."""
+        url = f"{API_PREFIX}/jobs/{job_id}/checkpoint/?" + urlencode({"attempt": attempt, "path": path})
+        with self._open_stream(url, abort=abort, max_tries=max_tries) as response:
+            yield response
+
+    @contextmanager
+    def _open_stream(
+        self, url: str, *, abort: threading.Event | None, max_tries: int
+    ) -> Iterator[httpx.Response]:
+        """A streamed ``GET url`` answered 2xx (redirects followed); raises :class:`ApiError` on a
+        4xx (except 429) or once ``max_tries`` connections failed, :class:`Aborted` when stopped."""
         abort = abort or self.stop
-        url = f"{API_PREFIX}/uploads/{upload_id}/"
         backoff = self._backoff()
         tries = 0
         while True:
@@ -54,7 +74,7 @@ class UploadCalls(Transport):
             if abort.wait(backoff.next()):
                 raise Aborted(f"GET {url}")
         try:
-            yield response, filename_of(response.headers.get("Content-Disposition"))
+            yield response
         finally:
             response.close()
 

@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import container
+from e31_protocol import ReportType
+
+from .. import container, images
 from ..cgroups import JobCgroups
 from ..models import Assignment
+from ..packer import HOSTFILE
+from ..reports import Reporter
 from ..runner import JobProcess, build_env, new_marker
-from ..sandbox import SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
+from ..sandbox import JOB_MOUNT, SLOT_PLACEHOLDER, Sandbox, gpu_device_nodes
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,9 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
         gpus=pinned,
         marker=marker,
     )
+    if a.gang:  # in the job dir as the command sees it: /job in the sandbox and in a container
+        inner = JOB_MOUNT if job.sandbox is not None or a.spec.image else str(job_dir)
+        env["E31_HOSTFILE"] = f"{inner}/{hostfile_write(job_dir, a.gang)}"
     # work.secrets: their names reach the runtime (-e NAME), their values only the shim's pipe; one that
     # would replace a variable the agent sets (E31_JOB_ID, the marker...) is left out
     secret_names = {k for k in a.secrets if k not in env}
@@ -88,6 +95,7 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
             user=job.job_user,
             slot_user=SLOT_PLACEHOLDER if job.sandbox is not None and job.sandbox.slots else None,
             network=a.spec.network if job.sandbox is not None else None,
+            nofile=job.limits.get("nofile"),
         )
     else:
         launch = container.plain(a.spec.command)
@@ -108,6 +116,41 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
         limits=limits,
         secret_env=secret_env,
     )
+
+
+def pull_image(job: LaunchJob, reporter: Reporter) -> str | None:
+    """Pull the assignment's image before the launch, with its ``work.image_credentials`` login
+    (:mod:`e31_agent.images`; the staging report says so while it pulls); returns why the attempt
+    must not start ("image pull failed: ..."), or None. Apptainer pulls at its own start."""
+    a = job.assignment
+    runtime = container.pull_runtime(job.runtimes)
+    if runtime is None or not a.spec.image:
+        return None
+    login = None
+    if a.spec.image_credentials:
+        login = images.registry_login(a.credentials.get(a.spec.image_credentials))
+        if login is None:
+            return f"image pull failed: secret {a.spec.image_credentials} is not a registry login"
+    if images.image_present(runtime, a.spec.image):
+        return None
+    reporter.send(ReportType.STAGING, bytes_done=0, bytes_total=None, bytes_fetched=0, bytes_cached=0,
+                  message=f"pulling image {a.spec.image}")
+    try:
+        images.pull(runtime, a.spec.image, login=login, scratch_dir=job.run_dir)
+    except images.ImagePullError as exc:
+        log.warning("%s: %s", a.ref, exc)
+        return str(exc)
+    return None
+
+
+def hostfile_write(job_dir: Path, gang: list[tuple[str, int]]) -> str:
+    """Write the gang's MPI hostfile (``host slots=GPUs``, one line per node, rank 0 first) into
+    ``job_dir``; returns its name there (:data:`~e31_agent.packer.HOSTFILE`, never packed as an
+    output). Raises ``OSError``."""
+    path = job_dir / HOSTFILE
+    path.write_text("".join(f"{host} slots={gpus}\n" for host, gpus in gang))
+    path.chmod(0o644)
+    return HOSTFILE
 
 
 def run_cgroup(job: LaunchJob) -> Path | None:

@@ -4,7 +4,7 @@ archive it packed before, recorded in ``bundle.json``)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from e31_protocol import FinishCode
@@ -21,9 +21,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PackJob:
     """What the packer is handed: the declared outputs (``spec.output_paths``, globs relative to
-    ``job_dir``), the site's cap on their bytes (None: no cap), where the archive goes
-    (``bundle_path``) and its record for a resumed run (``meta_path``, ``bundle.json``), and the
-    node's input cache dir (whose node limits bound the outputs too)."""
+    ``job_dir``, and the checkpoint directory's glob when the spec names one), the site's cap on
+    their bytes (None: no cap), where the archive goes (``bundle_path``) and its record for a
+    resumed run (``meta_path``, ``bundle.json``), and the node's input cache dir (whose node
+    limits bound the outputs too)."""
 
     ref: JobRef
     job_dir: Path
@@ -32,6 +33,7 @@ class PackJob:
     bundle_path: Path
     meta_path: Path
     cache_dir: Path
+    declared_paths: list[str] | None = None  # the spec's own; None: output_paths (a checkpoint adds one)
 
 
 def pack_outputs(job: PackJob) -> Bundle | OutputProblem:
@@ -48,6 +50,8 @@ def pack_outputs(job: PackJob) -> Bundle | OutputProblem:
     except OSError as exc:
         log.error("%s: packing failed: %s", job.ref, exc)
         return OutputProblem(FinishCode.PACKING_FAILED, f"packing outputs failed: {exc}")
+    if job.declared_paths is not None:  # an empty checkpoint directory is not an unmatched output
+        bundle = replace(bundle, unmatched=tuple(p for p in bundle.unmatched if p in job.declared_paths))
     write_json(job.meta_path, {
         "size_bytes": bundle.size_bytes, "sha256": bundle.sha256, "files": [f.to_json() for f in bundle.files],
         "not_packed": list(bundle.not_packed), "unmatched": list(bundle.unmatched),

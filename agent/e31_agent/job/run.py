@@ -25,7 +25,8 @@ from ..sampler import UsageSampler
 from ..sandbox import Sandbox
 from ..state import RunState
 from .base import Control, Dropped, Progress
-from .launch import LaunchJob, start_process
+from .checkpoint import restore_checkpoint
+from .launch import LaunchJob, pull_image, start_process
 from .pack import PackJob
 from .prepare import hand_over, prepare_dir
 from .report import EndJob, report_agent_error, report_end
@@ -112,7 +113,8 @@ class JobRun:
             ref=self.ref, state=self.state, reporter=self.reporter, control=self.control, progress=self.progress,
             grace_s=a.grace_s,
             pack=PackJob(
-                ref=self.ref, job_dir=workdir.job_dir(a.job_id), output_paths=a.spec.output_paths,
+                ref=self.ref, job_dir=workdir.job_dir(a.job_id), output_paths=a.packed_paths,
+                declared_paths=a.spec.output_paths,
                 max_bytes=a.output_max_bytes, bundle_path=workdir.bundle_path(a.job_id, a.attempt),
                 meta_path=self.state.bundle_meta_path, cache_dir=workdir.cache,
             ),
@@ -210,19 +212,31 @@ class JobRun:
                        message=a.start_refused,
                        with_outputs=False, elapsed_s=0.0)
             return
-        if a.spec.data:  # with nothing to stage, "running" says "accepted" too (folded)
+        if a.spec.data or a.spec.image or a.checkpoint_files:  # nothing to stage: "running" says "accepted" too
             self.reporter.send(ReportType.ACCEPTED)
         log.info("%s: accepted (%s)", self.ref, a.spec.name)
         job_dir = prepare_dir(self.workdir, self.ref)
 
         self.progress.phase = AgentPhase.STAGING
         self.state.set_phase(AgentPhase.STAGING)
+        if a.checkpoint_files:  # before the inputs: an input of the same name wins
+            failure_words = restore_checkpoint(a, self.client, job_dir, self.control)
+            if failure_words is not None:
+                report_end(self.ending, shipper=self.shipper, exit_code=None, reason=ExitReason.STAGING_FAILED,
+                           message=failure_words, with_outputs=False)
+                return
         if a.spec.data:
             failure = stage_inputs(self.staging, job_dir)
             if failure is not None:
                 reason, message = failure
                 report_end(self.ending, shipper=self.shipper, exit_code=None, reason=reason, message=message,
                            with_outputs=False)
+                return
+        if a.spec.image:
+            failure = pull_image(self.launch, self.reporter)
+            if failure is not None:
+                report_end(self.ending, shipper=self.shipper, exit_code=None, reason=ExitReason.STAGING_FAILED,
+                           message=failure, with_outputs=False)
                 return
         self.control.check_dropped()
         stop = self.control.stop_reason()

@@ -38,6 +38,8 @@ class RegisterSerializer(serializers.Serializer):
                                      default=list)
     simulated = serializers.BooleanField(required=False, default=False)
     sandboxed = serializers.BooleanField(required=False, default=False)
+    data_schemes = serializers.ListField(child=serializers.CharField(max_length=16), max_length=16, required=False,
+                                         help_text="The data[i].source schemes it can read (https, s3, gs, ...).")
 
     def validate_gpus(self, value: list[dict]) -> list[dict]:
         indexes = [g["index"] for g in value]
@@ -61,6 +63,9 @@ class GpuHealthSerializer(serializers.Serializer):
     memory_used_mb = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
     ecc_uncorrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
     ecc_corrected = serializers.IntegerField(max_value=BIGINT_MAX, min_value=0, required=False, allow_null=True)
+    # issue 26 item 3: compute processes on the GPU, and the last XID error NVML reported (0 or absent: none)
+    processes = serializers.IntegerField(max_value=INT_MAX, min_value=0, required=False, allow_null=True)
+    xid = serializers.IntegerField(max_value=INT_MAX, min_value=0, required=False, allow_null=True)
 
 
 class HealthSerializer(serializers.Serializer):
@@ -219,6 +224,19 @@ class InputScopeSerializer(serializers.Serializer):
                                         help_text="Per spec.data index: credentials id (cr1-...) or null.")
 
 
+class GangNodeSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    host = serializers.CharField()
+    gpus = serializers.IntegerField(help_text="GPUs of the gang on that node (the hostfile's slots).")
+
+
+class CheckpointPlanSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="checkpoint.path, a directory of the job dir.")
+    attempt = serializers.IntegerField(allow_null=True, help_text="Whose version the files are; null: none kept.")
+    files = serializers.ListField(child=serializers.DictField(),
+                                  help_text="{path, size_bytes, sha256}, fetched from jobs/<id>/checkpoint/.")
+
+
 class AssignmentSerializer(serializers.Serializer):
     job_id = serializers.IntegerField()
     attempt = serializers.IntegerField()
@@ -237,9 +255,12 @@ class AssignmentSerializer(serializers.Serializer):
     secrets = serializers.DictField(child=serializers.CharField(), required=False,
                                     help_text="work.secrets: name -> value, into the job's environment.")
     credentials = serializers.DictField(child=serializers.CharField(), required=False,
-                                        help_text="data[i].credentials: secret name -> storage options JSON.")
+                                        help_text="data[i].credentials and work.image_credentials: secret name -> "
+                                                  "its JSON (storage options, or a registry login).")
     start_refused = serializers.CharField(required=False,
                                           help_text="The attempt fails at its start (start_failed) with this reason.")
+    gang = GangNodeSerializer(many=True, required=False, help_text="The attempt's nodes, rank 0 first (E31_HOSTFILE).")
+    checkpoint = CheckpointPlanSerializer(required=False, help_text="The spec's checkpoint and the version to restore.")
 
 
 class DataInputSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ urlpatterns = [
     path("agent/jobs/<id:job_id>/bundle/direct/", views.BundleDirectView.as_view(), name="agent-bundle-direct"),
     path("agent/jobs/<id:job_id>/bundle/complete/", views.BundleCompleteView.as_view(),
          name="agent-bundle-complete"),
+    path("agent/jobs/<id:job_id>/checkpoint/", views.CheckpointFileView.as_view(), name="agent-checkpoint"),
     path("agent/uploads/<uuid:upload_id>/", views.UploadDownloadView.as_view(), name="agent-upload"),
     path("agent/prestage/", prestage.PrestageView.as_view(), name="agent-prestage"),
 ]

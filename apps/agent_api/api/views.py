@@ -54,11 +54,13 @@ from apps.agent_api.reports import StaleAttempt, agent_log_append, agent_report,
 from apps.agent_api.samples import agent_samples_store
 from apps.agent_api.selectors import ended_attempts, node_may_fetch_upload, running_on, work_with_gang_stops
 from apps.artifacts.direct import bundle_direct_complete, bundle_direct_start
-from apps.artifacts.http import serve_file
+from apps.artifacts.files import NotAddressable, bundle_file
+from apps.artifacts.http import output_file_response, serve_file
 from apps.artifacts.models import Bundle, Upload
 from apps.artifacts.services import ChunkError, bundle_complete, bundle_put_chunk
 from apps.artifacts.storage import is_direct, object_store
 from apps.core import clock
+from apps.jobs.checkpoints import checkpoint_file
 from apps.jobs.models import Job
 from apps.jobs.prestage import prestage_mark_offered
 from apps.jobs.services.attempts import attempts_heartbeat
@@ -335,6 +337,25 @@ class BundleDirectView(AgentView):
         except ChunkError as exc:
             return _chunk_refused(exc)
         return Response(offer)
+
+
+class CheckpointFileView(AgentView):
+    @agent_schema("One file of the checkpoint the attempt starts with on this node's rank, streamed",
+                  parameters=[ATTEMPT, OpenApiParameter("path", str, required=True)],
+                  responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ErrorAnswerSerializer})
+    def get(self, request, job_id: int):
+        """A file the assignment's ``checkpoint.files`` lists, only to the node holding the attempt
+        (issue 24 item 5); anything else answers 404."""
+        lease = self.attempt_lease(job_id)
+        found = checkpoint_file(lease.job, attempt=lease.attempt, rank=lease.node_rank,
+                                path=request.query_params.get("path", ""))
+        entry = bundle_file(found[0], found[1]) if found else None
+        if entry is None:
+            raise Http404
+        try:
+            return output_file_response(request, entry)
+        except NotAddressable:  # an older agent's bundle.tar.gz: no offsets to read a file at
+            raise Http404 from None
 
 
 class UploadDownloadView(AgentView):

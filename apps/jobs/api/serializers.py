@@ -10,6 +10,7 @@ from apps.core import clock
 from apps.metering.selectors import Money, job_money
 
 from ..arrays import array_counts
+from ..checkpoints import checkpoint_versions
 from ..models import Job, JobArray, JobEvent
 from ..prestage import staging_progress
 from ..services.outputs import output_warnings, outputs_unmatched
@@ -42,6 +43,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     outputs_unmatched = serializers.SerializerMethodField()
     warnings = serializers.SerializerMethodField()
+    checkpoints = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -51,7 +53,7 @@ class JobSerializer(serializers.ModelSerializer):
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
             "log_size", "cancel_requested_at", "staging", "array_id", "array_index",
-            "outputs_unmatched", "warnings",
+            "outputs_unmatched", "warnings", "checkpoints",
         ]
 
     def get_outputs_unmatched(self, job: Job) -> list[str]:
@@ -62,6 +64,15 @@ class JobSerializer(serializers.ModelSerializer):
     def get_warnings(self, job: Job) -> list[str]:
         """Things the owner should know, in words: "output `results/*.csv` matched no file"."""
         return output_warnings(job)
+
+    def get_checkpoints(self, job: Job) -> list[dict] | None:
+        """The kept versions of ``checkpoint.path``, newest attempt first: ``{"attempt", "rank",
+        "completed_at", "size_bytes", "files"}`` (a file count; the files are in that attempt's
+        bundle); ``[]`` when none is kept, null in a list of jobs (read the job)."""
+        if self.context.get("listed", False):
+            return None
+        return [{"attempt": v.attempt, "rank": v.rank, "completed_at": v.completed_at, "size_bytes": v.size_bytes,
+                 "files": len(v.files)} for v in checkpoint_versions(job)]
 
     def _leases(self, job: Job) -> list:
         if job.rented_at is None and job.attempt == 1:
@@ -82,7 +93,10 @@ class JobSerializer(serializers.ModelSerializer):
         return f"{self._money(job).cost:.6f}"
 
     def get_bundle(self, job: Job) -> dict | None:
-        """Rank 0's bundle (the only one on one node); ``ranks`` lists every node's for multi-node jobs."""
+        """Rank 0's bundle (the only one on one node); ``ranks`` lists every node's for multi-node jobs.
+
+        ``files_count`` is the number of files in its manifest; ``files`` (the manifest itself) only
+        for one job, never in the list (the ``listed`` context), whose ``files_url`` gives them."""
         if job.run_started_at is None and job.attempt == 1:
             return None  # never ran: nothing was packed
         bundles = bundles_latest(job)
@@ -102,8 +116,11 @@ class JobSerializer(serializers.ModelSerializer):
                          "attempt": bundle.attempt, "expires_at": bundle.expires_at,
                          "expired_at": bundle.expired_at,  # set once the storage sweep deleted it: url answers 410
                          "url": absolute(url), "files_url": absolute(files_url)}
-            if not listed:  # a list never inlines a manifest: its files are at files_url
+            if listed:  # a list never inlines a manifest: its files are at files_url
+                described["files_count"] = getattr(bundle, "files_count", None)  # bundles_for_lists()
+            else:
                 described["files"] = bundle.files
+                described["files_count"] = len(bundle.files)
             return described
 
         first = describe(bundles[0])
@@ -161,3 +178,10 @@ class ArraySerializer(serializers.ModelSerializer):
         if array.pk not in counts:
             counts = array_counts([array.pk])
         return counts[array.pk].to_json()
+
+
+class RerunSerializer(serializers.Serializer):
+    """The body of ``POST /api/v1/jobs/{id}/rerun/`` (optional)."""
+
+    resume = serializers.BooleanField(required=False, default=False,
+                                      help_text="Start from this job's newest kept checkpoint.")

@@ -1,7 +1,7 @@
 """``/api/v1/`` routes of jobs and job arrays (included by ``e31site/urls.py`` in the ``api`` namespace)."""
 from django.urls import path
 
-import apps.core.converters  # noqa: F401  (registers <id:...>)
+import apps.core.converters  # noqa: F401  (registers <id:...>, <filepath:...>)
 
 from . import metrics, views
 
@@ -16,7 +16,7 @@ urlpatterns = [
     path("jobs/<id:pk>/metrics/", metrics.JobMetricsView.as_view(), name="job-metrics"),
     path("jobs/<id:pk>/bundle/", views.JobBundleView.as_view(), name="job-bundle"),
     path("jobs/<id:pk>/files/", views.JobFilesView.as_view(), name="job-files"),
-    path("jobs/<id:pk>/files/<path:path>", views.JobFileView.as_view(), name="job-file"),
+    path("jobs/<id:pk>/files/<filepath:path>", views.JobFileView.as_view(), name="job-file"),
     path("arrays/", views.ArrayListView.as_view(), name="array-list"),
     path("arrays/<id:pk>/", views.ArrayDetailView.as_view(), name="array-detail"),
     path("arrays/<id:pk>/cancel/", views.ArrayCancelView.as_view(), name="array-cancel"),

@@ -35,7 +35,7 @@ from ..services.cancel import BulkCancelError, CancelEffect, bulk_ids_parse, job
 from ..services.logs import log_bytes, log_lines, log_page_json
 from ..spec import SpecError, load_yaml
 from .parsers import SafeJSONParser, TextYAMLParser, XYAMLParser, YAMLParser
-from .serializers import ArraySerializer, JobEventSerializer, JobSerializer
+from .serializers import ArraySerializer, JobEventSerializer, JobSerializer, RerunSerializer
 
 
 def _int_param(request, name: str, default: int) -> int:
@@ -179,12 +179,16 @@ class JobBulkCancelView(APIView):
 
 
 class JobRerunView(APIView):
-    @extend_schema(request=None, responses={201: JobSerializer},
+    @extend_schema(request=RerunSerializer, responses={201: JobSerializer},
                    description="Run a job again: a new job (201) from its spec and the same uploaded files, "
                                "owned by you; a task of an array is re-run as one job. 400 naming "
-                               "`data[i].source` when an uploaded file is no longer kept.")
+                               "`data[i].source` when an uploaded file is no longer kept. `{\"resume\": true}`: "
+                               "its first attempt starts with this job's newest kept checkpoint (400 naming "
+                               "`resume` when the spec names no `checkpoint.path`).")
     def post(self, request, pk: int):
-        job = job_rerun(job=job_own_or_404(request.user, pk), by=request.user)
+        ser = RerunSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        job = job_rerun(job=job_own_or_404(request.user, pk), by=request.user, resume=ser.validated_data["resume"])
         data = JobSerializer(job, context={"request": request}).data
         return Response({**data, "rerun_of": pk}, status=status.HTTP_201_CREATED)
 

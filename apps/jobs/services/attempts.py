@@ -21,7 +21,7 @@ from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs import signals
 from apps.jobs.models import Job
 from apps.jobs.services.recovery import jobs_reconcile_heartbeat
-from apps.jobs.services.usage import job_usage_record
+from apps.jobs.services.retries import attempt_release
 from apps.jobs.sources import source_words
 from apps.jobs.state import transition
 from apps.metering import billing
@@ -135,7 +135,8 @@ def attempt_exited(*, job: Job, lease: Lease, reason: str, exit_code: int | None
 def attempt_finished(*, job: Job, lease: Lease, exit_code: int | None, finished: Sequence[RankFinished],
                      now: datetime) -> None:
     """A rank is done with the attempt (``finished``, arrived at ``now``): once every rank is, the
-    leases are released and the job with its outcome (:func:`attempt_outcome`).
+    leases are released and the job with its outcome (:func:`attempt_outcome`), or it is retried
+    (:func:`apps.jobs.services.retries.attempt_release`).
 
     ``finished``: every ``finished`` word of the attempt so far, this one included. A rank that
     finished without an ``exited`` before it (an older agent) stops the meter now, as an exit with
@@ -152,9 +153,8 @@ def attempt_finished(*, job: Job, lease: Lease, exit_code: int | None, finished:
     if job.leases.filter(attempt=job.attempt, released_at__isnull=True).exists():
         return  # multi-node: the job is released once every rank's lease is
     outcome, lost = attempt_outcome(job=job, finished=finished)
-    transition(job, JobState.RELEASED, detail=f"released: {outcome.label.lower()}"
-               + (f" ({lost[:200]})" if lost else ""), now=now, outcome=outcome, status_message=lost[:500])
-    job_usage_record(job, now)
+    attempt_release(job, outcome=outcome, detail=f"released: {outcome.label.lower()}"
+                    + (f" ({lost[:200]})" if lost else ""), now=now, status_message=lost[:500])
 
 
 def attempt_every_rank_finished(*, job: Job, finished: Sequence[RankFinished]) -> bool:

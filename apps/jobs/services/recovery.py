@@ -9,6 +9,7 @@ from django.db import transaction
 from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
+from apps.jobs.services.retries import job_requeue, retry_covers
 from apps.jobs.state import TransitionError, transition
 from apps.metering.lease import leases_end_lost
 from apps.metering.models import Lease
@@ -38,11 +39,9 @@ def jobs_handle_node_loss(*, node: Node, at: datetime, job_ids: set[int] | None 
             if job.cancel_requested_at:  # a cancel is final: never requeued, never rented again
                 transition(job, JobState.RELEASED, detail=f"node {node.name} lost after the cancel",
                            outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED)
-            elif job.attempt < job.max_attempts:
-                transition(job, JobState.QUEUED, detail=f"node {node.name} lost; back in the queue",
-                           attempt=job.attempt + 1, rented_at=None, run_started_at=None, run_ended_at=None,
-                           exit_code=None, end_reason="", status_message="", log_size=0,
-                           log_truncated=False, staging_bytes_done=0, staging_bytes_total=None)
+            elif retry_covers(job, Outcome.NODE_LOST):
+                job_requeue(job, detail=f"node {node.name} lost; back in the queue as attempt "
+                                        f"{job.attempt + 1} of {job.max_attempts}")
             else:
                 transition(job, JobState.RELEASED, detail=f"node {node.name} lost; no attempts left",
                            outcome=Outcome.NODE_LOST, end_reason=EndReason.NODE_LOST)

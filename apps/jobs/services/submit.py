@@ -17,15 +17,20 @@ from apps.core import clock
 from apps.core.choices import JobState
 from apps.core.observe import observe
 from apps.jobs import signals
+from apps.jobs.dependencies import after_errors, dependencies_store
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.retention import uploads_lock
 from apps.jobs.secret_refs import secret_ref_errors
+from apps.jobs.services.retries import retry_attempts
 from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requirement_columns, spec_document
 from apps.jobs.spend import spend_limit_enforce
 from apps.pool import signals as pool_signals
-from apps.scheduling.adapter import pool_refusal
+from apps.pool.selectors import scheme_readers
+from apps.scheduling.adapter import gang_refusal, pool_refusal
 from apps.scheduling.core import job_request
 from apps.scheduling.tasks import enqueue_schedule_cycle
+
+CLOUD_PACKAGES = {"s3": "s3fs", "gs": "gcsfs"}  # what an agent needs to read each scheme (its cloud extra)
 
 
 def spec_validate(document: Any, *, owner: AbstractBaseUser,
@@ -52,13 +57,25 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
                 errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
         elif item.source.startswith("file://") and not _file_allowed(item.source):
             errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
+    for i, item in enumerate(spec.data):
+        scheme = item.source.split("://", 1)[0] if item.source.startswith(("s3://", "gs://")) else None
+        if scheme and scheme_readers(scheme) == 0:
+            errors[f"data[{i}].source"] = [
+                f"No node of this site can read {scheme}:// sources (their agents lack {CLOUD_PACKAGES[scheme]}); "
+                "use https:// or an upload, or ask the operator."]
     errors.update(secret_ref_errors(spec, owner_id=owner.pk))
+    resume = spec.checkpoint.resume_from if spec.checkpoint else None
+    if resume is not None and not Job.objects.filter(pk=resume, owner=owner).exists():
+        errors["checkpoint.resume_from"] = [f"You have no job {resume} to resume from."]
+    errors.update(after_errors(spec, owner_id=owner.pk))
     if not errors:
         job = unsaved_job(spec, owner)
         request = job_request(job, job_id=0, account=job.owner_id, submitted_at_s=0.0)  # not saved: no id
         refusal = pool_refusal(request)
         if refusal:
             errors["compute"] = [refusal[0].upper() + refusal[1:] + "."]
+        elif refusal := gang_refusal(request):
+            errors["compute.nodes"] = [refusal[0].upper() + refusal[1:] + "."]
     if errors:
         raise SpecError(errors)
     return spec
@@ -84,7 +101,8 @@ def unsaved_job(spec: JobSpec, owner: AbstractBaseUser, *, now: datetime | None 
     document = spec_document(spec)
     return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
-               time_limit_s=spec.compute.time_limit_s, submitted_at=now or clock.now(), **requirement_columns(document))
+               time_limit_s=spec.compute.time_limit_s, submitted_at=now or clock.now(),
+               max_attempts=retry_attempts(document), **requirement_columns(document))
 
 
 def job_submit(*, owner: AbstractBaseUser, document: Any,
@@ -109,10 +127,10 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
         # SpecError if over:
         spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")), now=now)
         job = unsaved_job(spec, owner, now=now)
-        job.max_attempts = settings.E31_MAX_ATTEMPTS
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()
         JobEvent.objects.create(job=job, seq=1, at=job.submitted_at, to_state=JobState.QUEUED, detail="submitted")
+        dependencies_store(job.spec.get("after") or [], job_id=job.pk)
         after_submit(owner.pk, [job.pk])
     observe("submit", time.perf_counter() - started)  # /metrics' submit latency: accepted submits only
     return job

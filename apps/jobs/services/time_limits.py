@@ -9,7 +9,7 @@ from django.db import transaction
 from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
-from apps.jobs.services.usage import job_usage_record
+from apps.jobs.services.retries import attempt_release
 from apps.jobs.state import TransitionError, transition
 from apps.metering.lease import leases_release, leases_stop
 from apps.pool.notify import node_wake
@@ -39,9 +39,7 @@ def jobs_enforce_time_limits(grace_s: int | None = None, *, now: datetime | None
                            now=limit, end_reason=EndReason.TIME_LIMIT)
                 # fenced: the GPUs go to no other job until the node confirms the stop or is down
                 leases_release(job=job, attempt=job.attempt, now=now, fence=True)
-                transition(job, JobState.RELEASED, detail="released: timed out (server)", now=now,
-                           outcome=Outcome.TIMED_OUT)
-                job_usage_record(job, now)
+                attempt_release(job, outcome=Outcome.TIMED_OUT, detail="released: timed out (server)", now=now)
             except TransitionError:
                 continue
             for lease in job.leases.filter(attempt=job.attempt):

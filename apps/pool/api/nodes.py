@@ -16,6 +16,9 @@ class GpuOutSerializer(serializers.Serializer):
     model = serializers.CharField()
     memory_mb = serializers.IntegerField()
     present = serializers.BooleanField()
+    quarantine_reason = serializers.CharField(
+        help_text="Why no job gets this GPU (held back as unclean, SPEC §5); empty when clean.")
+    quarantined_at = serializers.DateTimeField(allow_null=True, help_text="Since when; null when clean.")
 
 
 class GpuHealthOutSerializer(serializers.Serializer):

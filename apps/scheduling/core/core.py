@@ -28,7 +28,8 @@ Three policies, chosen by name (setting ``E31_SCHEDULER_POLICY``):
     prediction only moves the plan.
 
 Placement is gang (all GPUs of all ranks, or nothing), best fit, on nodes
-that are up (see :mod:`.pool`). Every job not started gets a queue
+that are up (see :mod:`.pool`); a gang that names no GPU model goes on GPUs of one
+model unless it asks for ``mixed_models`` (:func:`~.matching.one_kind`). Every job not started gets a queue
 position (1 = next), an estimated start (epoch s, >= now; None if no set of
 up nodes can ever hold it) and a reason in plain words, and a bound, "no
 later than" (issue 14 item 3): its start in the plan by time limits, in which
@@ -46,12 +47,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from apps.core.units import mib_to_gb
 
 from .estimates import EstimateWalk
-from .matching import describe_request
+from .matching import describe_request, one_kind
 from .pool import Pool, Unit, shape_of
 from .priority import order_fifo, order_multifactor
 from .types import Decision, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
@@ -461,7 +463,14 @@ class _Cycle:
         if start is None:
             if self.pool.could_hold_somewhere(job):
                 return f"waiting for a node that can hold {want} to be up"
+            if one_kind(job) and self.pool.could_hold_somewhere(replace(job, mixed_models=True)):
+                return (f"no {job.nodes} nodes of one GPU model in the pool can hold {want} "
+                        "(compute.mixed_models: true lets a gang mix models)")
             return f"no node in the pool can hold {want}"
+        if why == "one_model":  # its own blocker, whatever is ahead of it
+            text = (f"waiting for {want} of one GPU model: the GPUs free now are on nodes of different models "
+                    "(compute.mixed_models: true lets a gang mix them)")
+            return text if reserved is None else f"{text}; reserved from {_clock(reserved, self.now)}"
         if reserved is not None:
             text = f"waiting for {want}; reserved from {_clock(reserved, self.now)}"
             if why == "resources":

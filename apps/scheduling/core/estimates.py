@@ -55,7 +55,9 @@ class EstimateWalk:
 
     def place(self, job: JobRequest, duration: float, not_before: float) -> float | None:
         """Plan ``job`` at its earliest start (>= ``not_before``) and return it; None if no
-        set of up nodes can ever hold it. Its nodes are then in :attr:`last_nodes`."""
+        set of up nodes can ever hold it. Its nodes are then in :attr:`last_nodes`. A gang of one
+        kind (:meth:`~.pool.Pool.kinds`) goes on the GPU model where it starts first (the first
+        by name on a tie)."""
         pool = self.pool
         self.last_nodes = ()
         k, m = job.gpus_per_node, job.nodes
@@ -69,6 +71,25 @@ class EstimateWalk:
             while entry[2] != version[entry[1]]:
                 entry = heapq.heappop(heap)
             return self._take(entry[1:2], k, duration, not_before)
+        best: tuple[float, list[int]] | None = None
+        for kind in pool.kinds(job) or [job]:
+            chosen = self._choose(kind)
+            if chosen:
+                at = max(self.avail[u][k - 1] for u in chosen)
+                if best is None or at < best[0]:
+                    best = (at, chosen)
+        if best is None:
+            return None
+        return self._take(best[1], k, duration, not_before)
+
+    def _choose(self, job: JobRequest) -> list[int] | None:
+        """The ``nodes`` units (distinct nodes) where ``job`` could start first, or None; the heaps
+        are left as they were."""
+        pool = self.pool
+        k, m = job.gpus_per_node, job.nodes
+        elig = pool.eligibility(job)
+        if elig.nodes < m:
+            return None
         popped: list[tuple[tuple[float, int, int], list]] = []
         for group in elig.groups:
             heap = self._heap(group, k)
@@ -86,11 +107,8 @@ class EstimateWalk:
             if len(chosen) < m and node_id not in nodes:
                 chosen.append(entry[1])
                 nodes.add(node_id)
-            else:
-                heapq.heappush(heap, entry)
-        if len(chosen) < m:
-            return None
-        return self._take(chosen, k, duration, not_before)
+            heapq.heappush(heap, entry)  # still valid until _take moves the unit's version on
+        return chosen if len(chosen) == m else None
 
     def _take(self, chosen: list[int], k: int, duration: float, not_before: float) -> float:
         """Give ``k`` GPUs of each chosen unit from their common start; returns the start."""

@@ -1,6 +1,9 @@
 """Which GPUs and nodes can hold a job."""
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Sequence
+
 from apps.core.units import mib_to_gb
 
 from .types import GpuSlot, JobRequest, NodeView
@@ -16,8 +19,17 @@ def model_matches(wanted: str, model: str) -> bool:
     return model == wanted or model.startswith(wanted + "-")
 
 
+def one_kind(job: JobRequest) -> bool:
+    """True if ``job`` is a gang that must sit on GPUs of one model: more than one node, no
+    ``gpu_models`` named and ``mixed_models`` not asked (SPEC §5). The core tries such a gang once
+    per model of the pool (:meth:`~.pool.Pool.kinds`), each trial limited by ``only_model``."""
+    return job.nodes > 1 and not job.gpu_models and not job.mixed_models and not job.only_model
+
+
 def gpu_fits(job: JobRequest, gpu: GpuSlot) -> bool:
     """True if ``gpu`` is of a model and memory the job accepts."""
+    if job.only_model and gpu.model != job.only_model:
+        return False
     if job.gpu_models and not any(model_matches(w, gpu.model) for w in job.gpu_models):
         return False
     return gpu.memory_mib >= job.gpu_memory_mib
@@ -32,6 +44,23 @@ def node_could_ever_hold(job: JobRequest, node: NodeView) -> bool:
     if job.memory_mib and node.memory_total_mib < job.memory_mib:
         return False
     return sum(1 for g in node.gpus if gpu_fits(job, g)) >= job.gpus_per_node
+
+
+def model_trials(job: JobRequest, models: Iterable[str]) -> list[JobRequest]:
+    """``job`` as the core tries it: a gang of one kind (:func:`one_kind`) once per GPU model in
+    ``models`` (distinct, in name order), each trial limited to that model (``only_model``);
+    any other job as it is, alone."""
+    if not one_kind(job):
+        return [job]
+    return [dataclasses.replace(job, only_model=m) for m in sorted(set(models))]
+
+
+def nodes_able(job: JobRequest, nodes: Sequence[NodeView]) -> int:
+    """How many of ``nodes`` could ever hold one rank of ``job`` (:func:`node_could_ever_hold`); for a
+    gang of one kind, the most of one GPU model (0 when none)."""
+    models = {g.model for n in nodes for g in n.gpus}
+    return max((sum(1 for n in nodes if node_could_ever_hold(trial, n))
+                for trial in model_trials(job, models)), default=0)
 
 
 def free_fitting_gpus(job: JobRequest, node: NodeView, now: float) -> list[GpuSlot]:

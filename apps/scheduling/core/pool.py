@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .matching import gpu_fits, node_could_ever_hold
+from .matching import gpu_fits, model_trials, node_could_ever_hold, nodes_able, one_kind
 from .priority import planned_end
 from .profile import INF, Profile
 from .types import GpuSlot, JobRequest, NodeView
@@ -60,7 +60,8 @@ class Eligibility:
 
 def shape_of(job: JobRequest) -> tuple:
     """What decides where a job can go (its eligibility is cached per shape)."""
-    return (job.gpu_models, job.gpu_memory_mib, job.cpus, job.memory_mib, job.needs_runtime, job.gpus_per_node)
+    return (job.gpu_models, job.gpu_memory_mib, job.cpus, job.memory_mib, job.needs_runtime, job.gpus_per_node,
+            job.mixed_models, job.only_model)
 
 
 class Pool:
@@ -125,6 +126,13 @@ class Pool:
         self._profiles: dict[int, Profile] = {}
         self._lprofiles: dict[int, Profile] = {}
         self._eligibility: dict[tuple, Eligibility] = {}
+        self.models = sorted({unit.model for unit in units})  # GPU models of the up nodes
+
+    def kinds(self, job: JobRequest) -> list[JobRequest] | None:
+        """The trials of a gang of one kind (:func:`~.matching.one_kind`): one per GPU model of the
+        up nodes, each limited to it; None for any other job, or where the up nodes have one model
+        (the job as it is keeps to it: a replay's pool, most live pools)."""
+        return model_trials(job, self.models) if len(self.models) > 1 and one_kind(job) else None
 
     # --- where a job can go -------------------------------------------------
 
@@ -152,14 +160,46 @@ class Pool:
                                                   runtimes=node.runtimes))
 
     def could_hold_somewhere(self, job: JobRequest) -> bool:
-        """True if enough nodes the caller knows, in any state, could ever hold ``job``."""
-        return sum(1 for n in self.all_nodes if node_could_ever_hold(job, n)) >= job.nodes
+        """True if enough nodes the caller knows, in any state, could ever hold ``job`` (a gang of
+        one kind: enough of one GPU model)."""
+        return nodes_able(job, self.all_nodes) >= job.nodes
 
     # --- now ------------------------------------------------------------------
 
     def fit_now(self, job: JobRequest, allowed: Callable[[Unit], bool] | None = None,
                 prefer: set[int] | None = None) -> tuple[list[int] | None, str]:
-        """Best-fit gang choice of units free now, or None with why.
+        """Best-fit gang choice of units free now, or None with why (:meth:`_fit_now`).
+
+        A gang of one kind (:meth:`kinds`) is fitted on each GPU model apart; of the models that
+        hold it now, the one whose chosen units have the fewest GPUs free wins (best fit), then the
+        first by name. Why, besides :meth:`_fit_now`'s: ``"one_model"``, the GPUs free now would
+        hold it only across models.
+        """
+        kinds = self.kinds(job)
+        if kinds is None:
+            return self._fit_now(job, allowed, prefer)
+        best: tuple[int, list[int]] | None = None
+        whys = set()
+        for kind in kinds:
+            units, why = self._fit_now(kind, allowed, prefer)
+            if units is None:
+                whys.add(why)
+                continue
+            free = sum(len(self.units[u].free_ids) for u in units)
+            if best is None or free < best[0]:
+                best = (free, units)
+        if best is not None:
+            return best[1], ""
+        for why in ("reservation", "resources"):
+            if why in whys:
+                return None, why
+        if self._fit_now(job, allowed, prefer)[0] is not None:
+            return None, "one_model"
+        return None, "gpus"
+
+    def _fit_now(self, job: JobRequest, allowed: Callable[[Unit], bool] | None = None,
+                 prefer: set[int] | None = None) -> tuple[list[int] | None, str]:
+        """Best-fit gang choice of units free now for ``job`` as it is, or None with why.
 
         Best fit: the units with the fewest free GPUs left over, which keeps
         whole nodes free for big jobs; ties to units in ``prefer`` (the
@@ -277,7 +317,21 @@ class Pool:
 
     def earliest(self, job: JobRequest, duration: float, limits: bool = False) -> tuple[float | None, list[int]]:
         """Earliest start (>= now) at which ``job`` fits for ``duration`` s by the profiles,
-        with the best-fit units; ``(None, [])`` if no set of up nodes can ever hold it.
+        with the best-fit units; ``(None, [])`` if no set of up nodes can ever hold it. A gang
+        of one kind: the earliest over its GPU models (:meth:`kinds`), the first by name on a tie.
+        """
+        kinds = self.kinds(job)
+        if kinds is None:
+            return self._earliest(job, duration, limits)
+        best: tuple[float | None, list[int]] = (None, [])
+        for kind in kinds:
+            start, units = self._earliest(kind, duration, limits)
+            if start is not None and (best[0] is None or start < best[0]):
+                best = (start, units)
+        return best
+
+    def _earliest(self, job: JobRequest, duration: float, limits: bool) -> tuple[float | None, list[int]]:
+        """:meth:`earliest` for ``job`` as it is.
 
         A sweep over each eligible unit's feasible start windows: the first
         time that ``nodes`` distinct nodes are inside a window.

@@ -16,7 +16,7 @@ class Requirements(Protocol):
     """What a job asks for, as typed columns (SPEC §2 compute part): GPUs per node and nodes, the
     time limit (s), the models it accepts (empty or None: any), minimums per GPU (``gpu_memory_mib``,
     MiB) and per node (``cpus``, ``memory_mib``, MiB; 0: not asked), whether it names a container
-    image, and its priority boost."""
+    image, its priority boost, and whether a gang without models may mix GPU models."""
 
     @property
     def gpus_per_node(self) -> int: ...
@@ -36,6 +36,8 @@ class Requirements(Protocol):
     def needs_runtime(self) -> bool: ...
     @property
     def priority_boost(self) -> int: ...
+    @property
+    def mixed_models(self) -> bool: ...
 
 
 def job_request(
@@ -57,5 +59,6 @@ def job_request(
         gpus_per_node=job.gpus_per_node, nodes=job.nodes, time_limit_s=job.time_limit_s,
         gpu_models=tuple(job.gpu_models or ()), gpu_memory_mib=job.gpu_memory_mib, cpus=job.cpus,
         memory_mib=job.memory_mib, needs_runtime=job.needs_runtime, priority_boost=job.priority_boost,
+        mixed_models=job.mixed_models,
         predicted_runtime_s=predicted_runtime_s, inputs=inputs, input_bytes=input_bytes,
     )

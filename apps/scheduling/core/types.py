@@ -10,6 +10,9 @@ class JobRequest:
 
     ``gpu_models`` empty means any model; ``gpu_memory_mib``, ``cpus`` and
     ``memory_mib`` are minimums per GPU / per node, 0 when not asked.
+    A gang (``nodes`` > 1) with no ``gpu_models`` is of one kind: all its ranks on GPUs of one
+    model, unless ``mixed_models`` (:func:`~.matching.one_kind`). ``only_model`` is the core's
+    own: the exact model one trial of such a gang is limited to ("" for every job it is given).
     """
 
     job_id: int
@@ -27,6 +30,8 @@ class JobRequest:
     predicted_runtime_s: float | None = None  # for planning only, never to stop a job; None: use the limit
     inputs: tuple[str, ...] = ()  # e31_protocol.inputs identities of its inputs, for cache affinity
     input_bytes: int = 0  # summed size of its inputs, bytes (for the pre-stage horizon)
+    mixed_models: bool = False  # a gang without gpu_models may take GPUs of several models
+    only_model: str = ""  # set by the core only (Pool.kinds): this exact GPU model
 
 
 @dataclass(frozen=True)

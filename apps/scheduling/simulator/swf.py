@@ -71,6 +71,7 @@ class TraceJob:
     memory_mib: int = 0
     needs_runtime: bool = False
     priority_boost: int = 0
+    mixed_models: bool = False  # one GPU model in a replay's pool: no gang ever mixes models
 
     @property
     def gpus_held(self) -> int:

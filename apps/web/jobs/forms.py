@@ -107,13 +107,14 @@ DataRowFormSet = forms.formset_factory(DataRowForm, extra=DATA_ROWS, max_num=DAT
 FIELD_OF_PATH = {
     "name": "name",
     "work.command": "command", "work.kind": "kind", "work.env": "env", "work.image": "image",
-    "work.secrets": "secrets",
+    "work.secrets": "secrets", "work.image_credentials": "image_credentials",
     "compute.gpus": "gpus", "compute.nodes": "nodes", "compute.gpu_model": "gpu_model",
     "compute.gpu_memory_gb": "gpu_memory_gb", "compute.cpus": "cpus",
-    "compute.memory_gb": "memory_gb",
+    "compute.memory_gb": "memory_gb", "compute.mixed_models": "mixed_models",
     "compute.time_limit": "time_limit",
     "output.paths": "paths", "output.retention_days": "retention_days",
     "files": "files", "spec": "spec_text", "array": "array",
+    "retry": "retry_attempts", "retry.attempts": "retry_attempts", "retry.on": "retry_on",
 }
 ROW_PATH = re.compile(r"^data\[(\d+)\](?:\.(\w+))?")
 INDEX = re.compile(r"\[\d+\]")
@@ -154,6 +155,10 @@ class JobForm(forms.Form):
     image = forms.CharField(required=False, label="Container image (optional)",
                             widget=_text(placeholder="pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"),
                             help_text="Only nodes with a container runtime take such a job.")
+    image_credentials = forms.CharField(
+        required=False, label="Registry login (a secret's name)",
+        widget=_text(placeholder="REGISTRY", list="secret-names"),
+        help_text='A private image: the secret holds {"username": ..., "password": ...} for its registry.')
     # --- data: rows live in ``self.rows``; any number of files here ---
     files = MultipleFileField(required=False, label="Files",
                               help_text="Any number of files; name them as upload:<file name> "
@@ -171,6 +176,10 @@ class JobForm(forms.Form):
     cpus = forms.CharField(required=False, label="CPUs per node", widget=_number(min=1))
     memory_gb = forms.CharField(required=False, label="Memory per node, GB",
                                 widget=_number(min=0, step="any", inputmode="decimal"))
+    mixed_models = forms.BooleanField(
+        required=False, label="Let a multi-node job mix GPU models",
+        help_text="Without GPU models named, the nodes of a multi-node job all have one GPU model "
+                  "unless this is ticked.")
     time_limit = forms.CharField(required=False, label="Time limit", initial="1h",
                                  widget=_text(placeholder="8h, 45m, 1h30m, 2d or seconds"),
                                  help_text="90s, 45m, 8h, 1h30m, 2d or seconds. The run is stopped "
@@ -179,6 +188,14 @@ class JobForm(forms.Form):
                             help_text="N from 1 to 10,000 submits N jobs of this spec at once; each one's "
                                       "command sees E31_ARRAY_INDEX (0 to N-1) and E31_ARRAY_SIZE. "
                                       "Leave empty for one job.")
+    retry_attempts = forms.CharField(
+        required=False, label="Attempts (retries, optional)", widget=_number(min=1, max=10),
+        help_text="In all, 1 to 10. A lost node is retried while attempts are left; leave empty for the "
+                  "site's default.")
+    retry_on = forms.MultipleChoiceField(
+        required=False, label="Also retry an attempt that", widget=forms.CheckboxSelectMultiple,
+        choices=[("failed", "failed (exit code not 0)"), ("timed_out", "reached its time limit")],
+        help_text="Each attempt is billed; a cancel is never retried.")
     # --- output ---
     paths = forms.CharField(required=False, label="Output paths", strip=False,
                             widget=_code(3, "checkpoints/**\nmetrics.json"),
@@ -260,6 +277,8 @@ class JobForm(forms.Form):
             work["env"] = cd["env"]
         if cd["image"].strip():
             work["image"] = cd["image"].strip()
+        if cd["image_credentials"].strip():
+            work["image_credentials"] = cd["image_credentials"].strip()
         if cd.get("secrets"):
             work["secrets"] = list(cd["secrets"])
         data = []
@@ -288,6 +307,8 @@ class JobForm(forms.Form):
         models = _split(cd["gpu_model"])
         if models:
             compute["gpu_model"] = models
+        if cd["mixed_models"]:
+            compute["mixed_models"] = True
         if cd["time_limit"].strip():
             compute["time_limit"] = _number_or_text(cd["time_limit"])
         output: dict[str, Any] = {"paths": _split(cd["paths"])}
@@ -297,6 +318,10 @@ class JobForm(forms.Form):
                          "output": output}
         if cd["array"].strip():
             self.document["array"] = _number_or_text(cd["array"])
+        if cd["retry_attempts"].strip() or cd["retry_on"]:
+            self.document["retry"] = {"on": ["node_lost", *cd["retry_on"]]}
+            if cd["retry_attempts"].strip():
+                self.document["retry"]["attempts"] = _number_or_text(cd["retry_attempts"])
         return self.document
 
     def attachments(self, document: Any) -> dict[str, Upload]:

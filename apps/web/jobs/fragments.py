@@ -29,6 +29,7 @@ from apps.core import clock
 from apps.core.choices import JobKind, JobState, Outcome
 from apps.core.units import format_duration
 from apps.jobs.arrays import array_counts
+from apps.jobs.dependencies import dependents_of
 from apps.jobs.logquery import LogQuery
 from apps.jobs.models import Job, JobArray
 from apps.jobs.prestage import staging_progress
@@ -38,7 +39,7 @@ from apps.jobs.services.logs import LogLine, LogPage, LogPiece, lines_of, log_pi
 from apps.jobs.services.outputs import unmatched_where
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
-from apps.metering.selectors import job_money
+from apps.metering.selectors import arrays_money, job_money
 from apps.web.jobs.outputs import file_rows
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -157,7 +158,7 @@ def job_page_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
         "job": job, "events": job.events.all(), "leases": leases, "staging": staging_progress(job),
         "money": job_money(leases, clock.now()), "receipt": job_receipt(job), "steps": job_steps(job),
         "end_detail": end_detail(job), "outputs_unmatched": unmatched_where(job),
-        "time_limit": format_duration(job.time_limit_s),
+        "time_limit": format_duration(job.time_limit_s), "dependents": dependents_of(job),
         "log_tail": tail, "log_cut": tail_cut, "bundles": bundles, "log_expired_at": log_expired_at(job, tail),
         "version": f"{job.event_seq} {stamp}", "log_version": f"{job.event_seq} {job.log_size}",
     }
@@ -254,12 +255,14 @@ def _array_row_once(array_id: int, *, stamp: int | None) -> str:
 
 def array_row_context(array: Any, *, counts: Any = None, stamp: int | None = None) -> dict[str, Any]:
     """What the row of an array in "My jobs" shows: its counts by state (one aggregate query
-    unless ``counts``, an :class:`apps.jobs.arrays.ArrayCounts`, is given)."""
+    unless ``counts``, an :class:`apps.jobs.arrays.ArrayCounts`, is given) and what its tasks have
+    cost so far (``money``, :class:`apps.metering.selectors.ArrayMoney`)."""
     stamp = stamp_ms() if stamp is None else stamp
     if counts is None:
         counts = array_counts([array.pk])[array.pk]
     compute = (array.spec or {}).get("compute") or {}
     return {"array": array, "counts": counts, "gpus": compute.get("gpus", 1) * compute.get("nodes", 1),
+            "money": arrays_money([array.pk])[array.pk],
             "kind": JobKind((array.spec.get("work") or {}).get("kind") or "other").label,
             "version": f"0 {stamp}"}
 

@@ -1,7 +1,7 @@
 """Browser pages of jobs (SPEC §7). Mounted at the site root."""
 from django.urls import path
 
-import apps.core.converters  # noqa: F401  (registers <id:...>)
+import apps.core.converters  # noqa: F401  (registers <id:...>, <filepath:...>)
 from apps.web.jobs import views
 
 app_name = "jobs"
@@ -14,8 +14,8 @@ urlpatterns = [
     path("jobs/<id:pk>/log/", views.job_log, name="log"),
     path("jobs/<id:pk>/log/lines/", views.job_log_lines, name="log-lines"),
     path("jobs/<id:pk>/bundle/", views.job_bundle, name="bundle"),
-    path("jobs/<id:pk>/files/<path:path>", views.job_file, name="file"),
-    path("jobs/<id:pk>/download/<path:path>", views.job_file_download, name="file-download"),
+    path("jobs/<id:pk>/files/<filepath:path>", views.job_file, name="file"),
+    path("jobs/<id:pk>/download/<filepath:path>", views.job_file_download, name="file-download"),
     path("jobs/<id:pk>/cancel/", views.job_cancel_view, name="cancel"),
     path("jobs/<id:pk>/rerun/", views.job_rerun_view, name="rerun"),
     path("arrays/<id:pk>/", views.array_detail, name="array"),

@@ -26,6 +26,7 @@ from apps.artifacts.retention import OutputsExpired, bundle_check_kept
 from apps.artifacts.services import bundle_latest
 from apps.core.choices import JobState, Outcome
 from apps.jobs.arrays import ArraySubmitted, array_cancel, array_counts, array_own_or_404, jobs_grouped_of
+from apps.jobs.checkpoints import checkpoint_versions
 from apps.jobs.examples import example_files, example_names
 from apps.jobs.logquery import LogQueryError, log_query_parse
 from apps.jobs.models import Job
@@ -178,7 +179,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = job_own_or_404(request.user, pk)
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(redact_value(job.spec)),
-        "usage": usage_card(job),
+        "usage": usage_card(job), "checkpoints": checkpoint_versions(job),
     })
 
 

@@ -29,6 +29,7 @@ from apps.metering.receipts import job_receipt
 from apps.metering.reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
 from apps.metering.selectors import CSV_COLUMNS, usage_rows
 from apps.metering.statements import by_day, chart_data, statement_of
+from apps.web.account.context import account_context
 
 LINES_PER_PAGE = 200
 
@@ -127,9 +128,20 @@ def account_settings(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Times are now shown in {form.cleaned_data['time_zone'].strip()}.")
                 return redirect("account:settings")
+    return account_settings_page(request, form=form, budget_form=budget_form, profile=profile)
+
+
+def account_settings_page(request: HttpRequest, *, form: TimeZoneForm | None = None,
+                          budget_form: BudgetForm | None = None, profile=None, **bound) -> HttpResponse:
+    """Render the Settings page: time zone, limits, API tokens, password, e-mail. A form passed in
+    (bound, with its errors) replaces the blank one; ``bound`` goes to :func:`account_context`."""
+    profile = profile or profile_of(request.user)
+    form = form or TimeZoneForm(initial={"time_zone": profile.time_zone})
+    budget_form = budget_form or BudgetForm(initial={"user_spend_limit": profile.user_spend_limit,
+                                                     "alert_threshold_percent": profile.alert_threshold_percent})
     return render(request, "metering/settings.html", {
         "section": "settings", "form": form, "budget_form": budget_form, "profile": profile,
-        "zones": sorted(zoneinfo.available_timezones()),
+        "zones": sorted(zoneinfo.available_timezones()), **account_context(request, **bound),
     })
 
 

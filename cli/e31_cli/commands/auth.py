@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        description="Check the token against the server, then save the URL and token in "
                                    f"{config_path()} (mode 0600). The token is read from --token, else "
                                    "asked for (hidden), else read from stdin when it is not a terminal. "
-                                   "Get one with `python manage.py issue_token USER` on the server.")
+                                   "Make one on the site's Settings page (API tokens), or have the operator run "
+                                   "`python manage.py issue_token USER` on the server.")
     p.add_argument("server", nargs="?", metavar="URL", help=f"server URL (default: --url, E31_URL, the saved one, "
                                                             f"else {DEFAULT_URL})")
     p.add_argument("--token", help="the API token (visible in your shell history: prefer the prompt or stdin)")

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..client import Api
 from ..errors import Exit
-from ..follow import follow_array, follow_job, outcome_exit, write_raw
-from ..output import Out, cell, duration, size, state_text, when
+from ..follow import RankLines, follow_array, follow_job, job_nodes, outcome_exit, write_raw
+from ..output import Out, cell, duration, money, outcome_text, size, state_text, when
 from ..specfile import SpecFile, read_spec
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("job_id", metavar="ID", type=int)
     p.add_argument("-w", "--watch", action="store_true", help="follow the new job to its end, streaming its log")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the new job's id; no log, no notes")
+    p.add_argument("--resume", action="store_true",
+                   help="start from the job's newest kept checkpoint (its spec's checkpoint.path)")
     p.set_defaults(func=rerun)
 
     p = sub.add_parser("price", parents=[common], help="validate a spec and price its worst case (nothing is run)",
@@ -102,9 +104,16 @@ def _submitted_job(api: Api, out: Out, job: dict[str, Any], *, watch: bool, verb
         else:
             out.print(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])} ({state_text(job)})")
         return Exit.OK
-    out.note(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])}; following it (Ctrl-C stops following, "
+    nodes = job_nodes(job)
+    ranks = f" and its {nodes} ranks' logs, each line prefixed [rank N]" if nodes > 1 else ""
+    out.note(f"{verb} job [bold]{job['id']}[/] {cell(job['name'])}; following it{ranks} (Ctrl-C stops following, "
              "not the job)")
-    final = follow_job(api, out, job["id"], log=None if out.json_mode or out.quiet else _raw)
+    log = None if out.json_mode or out.quiet else RankLines() if nodes > 1 else _raw
+    try:
+        final = follow_job(api, out, job["id"], log=log, all_ranks=nodes > 1, note_end=False)
+    finally:
+        if isinstance(log, RankLines):
+            log.close()
     return _finished([final], out, emit=final)
 
 
@@ -128,7 +137,8 @@ def _submitted_array(api: Api, out: Out, created: dict[str, Any], *, watch: bool
     tasks = follow_array(api, out, array_id)
     if not out.json_mode and not out.quiet:
         out.table(["TASK", "JOB", "STATE", "EXIT", "COST"],
-                  [(t["array_index"], t["id"], state_text(t), t.get("exit_code"), t.get("cost")) for t in tasks])
+                  [(t["array_index"], t["id"], outcome_text(t), t.get("exit_code"), money(t.get("cost")))
+                   for t in tasks])
     return _finished(tasks, out, emit={**created, "jobs": tasks})
 
 
@@ -138,9 +148,8 @@ def _finished(jobs: list[dict[str, Any]], out: Out, *, emit: dict[str, Any]) -> 
         out.emit(emit)
     elif len(jobs) == 1:
         job = jobs[0]
-        message = f": {cell(job['status_message'])}" if job.get("status_message") else ""
-        out.note(f"job {job['id']} {state_text(job)}{message}; billed {duration(job.get('billed_seconds'))}, "
-                 f"cost {job.get('cost')}")
+        out.note(f"job {job['id']} {outcome_text(job)}; billed {duration(job.get('billed_seconds')) or '0s'}, "
+                 f"cost {money(job.get('cost'))}")
     else:
         done = sum(j.get("outcome") == "succeeded" for j in jobs)
         out.note(f"{done} of {len(jobs)} tasks succeeded")
@@ -159,7 +168,7 @@ def ls(args: argparse.Namespace, ctx: Ctx) -> int:
         return Exit.OK
     ctx.out.table(["ID", "NAME", "STATE", "GPUS", "SUBMITTED", "RUN", "COST"], [
         (j["id"], _name(j), state_text(j), _gpus(j), when(j["submitted_at"]), duration(_run_seconds(j)),
-         j.get("cost")) for j in jobs])
+         money(j.get("cost"))) for j in jobs])
     return Exit.OK
 
 
@@ -197,9 +206,9 @@ def status(args: argparse.Namespace, ctx: Ctx) -> int:
     if ctx.out.json_mode:
         ctx.out.emit({**job, "events": events})
         return outcome_exit([job])
-    rows: list[tuple[str, Any]] = [("job", f"[bold]{job['id']}[/] {_name(job)}"), ("state", state_text(job))]
-    if job.get("status_message") and job["status_message"] != job["state"]:
-        rows.append(("message", cell(job["status_message"])))
+    rows: list[tuple[str, Any]] = [("job", f"[bold]{job['id']}[/] {_name(job)}"), ("state", outcome_text(job))]
+    if job["state"] != "released" and job.get("status_message") and job["status_message"] != job["state"]:
+        rows.append(("message", cell(job["status_message"])))  # progress words; a reason is in the state row
     if job["state"] == "queued":
         rows += [("queue position", job.get("queue_position")),
                  ("estimated start", when(job.get("estimated_start_at"))),
@@ -208,7 +217,7 @@ def status(args: argparse.Namespace, ctx: Ctx) -> int:
              ("run started", when(job.get("run_started_at"))), ("run ended", when(job.get("run_ended_at"))),
              ("released", when(job.get("released_at"))), ("exit code", job.get("exit_code")),
              ("attempts", f"{job['attempts']} of {job['max_attempts']}"),
-             ("billed", duration(job.get("billed_seconds"))), ("cost", job.get("cost"))]
+             ("billed", duration(job.get("billed_seconds"))), ("cost", money(job.get("cost")))]
     bundle = job.get("bundle")
     if bundle:
         rows.append(("bundle", f"{size(bundle.get('size_bytes'))}, {len(bundle.get('files') or [])} files "
@@ -233,11 +242,12 @@ def cancel(args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 def rerun(args: argparse.Namespace, ctx: Ctx) -> int:
-    """``POST /api/v1/jobs/{id}/rerun/``: a new job, same spec and uploads; ``--watch`` follows it."""
+    """``POST /api/v1/jobs/{id}/rerun/``: a new job, same spec and uploads (``--resume``: from the
+    job's newest kept checkpoint); ``--watch`` follows it."""
     if args.quiet and not ctx.out.json_mode:
         ctx.out = Out(quiet=True)
     with ctx.api() as api:
-        job = api.json("POST", f"/jobs/{args.job_id}/rerun/")
+        job = api.json("POST", f"/jobs/{args.job_id}/rerun/", json={"resume": True} if args.resume else None)
         return _submitted_job(api, ctx.out, job, watch=args.watch, verb=f"Job {args.job_id} re-run as")
 
 

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        description="Print the log of job ID (its current attempt) to stdout. With -f, keep "
                                    "printing as it grows until the job is released; the exit code is then "
                                    "the job's (0 succeeded, 1 otherwise). --json: one JSON line per chunk "
-                                   "({job_id, attempt, offset, next_offset, text}).")
+                                   "({job_id, attempt, rank, offset, next_offset, text}; rank 0's log).")
     p.add_argument("job_id", metavar="ID", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     p.add_argument("--offset", type=int, default=0, help="start at this byte of the log (default 0)")
@@ -51,6 +51,6 @@ def logs(args: argparse.Namespace, ctx: Ctx) -> int:
             if nxt <= offset:
                 return Exit.OK
             if data:
-                emit({"job_id": job["id"], "attempt": job["attempts"], "offset": offset, "next_offset": nxt,
-                      "data": data})
+                emit({"job_id": job["id"], "attempt": job["attempts"], "rank": 0, "offset": offset,
+                      "next_offset": nxt, "data": data})
             offset = nxt

@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import Exit
-from ..output import cell, duration, when
+from ..output import cell, duration, money, when
 
 if TYPE_CHECKING:
     from ..context import Ctx
@@ -41,10 +41,10 @@ def usage(args: argparse.Namespace, ctx: Ctx) -> int:
         ctx.out.table(["JOB", "NAME", "NODE", "GPUS", "RENTED", "HELD", "BILLED", "RATE", "COST", "OUTCOME"], [
             (r["job_id"], cell(r["job_name"]), cell(r["node"]), f"{r['gpu_count']} {cell(r['gpu_model'])}",
              when(r["rented_at"]), duration(r["held_seconds"]), duration(r["billed_seconds"]),
-             r["rate_per_gpu_hour"], r["cost"], cell(r["outcome"])) for r in leases])
+             r["rate_per_gpu_hour"], money(r["cost"]), cell(r["outcome"])) for r in leases])
     else:
         ctx.out.note("No leases in this period.")
     totals = report.get("totals", {})
     ctx.out.print(f"{totals.get('leases', 0)} leases; billed {duration(totals.get('billed_seconds'))} "
-                  f"({totals.get('gpu_hours_billed')} GPU-hours); cost [bold]${totals.get('cost')}[/]")
+                  f"({totals.get('gpu_hours_billed')} GPU-hours); cost [bold]{money(totals.get('cost'))}[/]")
     return Exit.OK

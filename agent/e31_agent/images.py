@@ -1,0 +1,152 @@
+"""Pulling a job's container image before its command starts (issue 23, SPEC §6).
+
+The pull is a step of its own, after the inputs are staged and before the launch, so a missing
+image, a refused login or an unreachable registry fails the attempt within seconds with the
+registry's own words ("image pull failed: unauthorized: authentication required"), never a
+retry loop inside ``run``. An image the node's store already holds is not pulled again.
+
+``work.image_credentials`` gives a registry login ``{"username", "password"}``; it goes to the
+runtime in an auth file (podman's ``--authfile``, docker's ``DOCKER_CONFIG``) of mode 0600 on a
+memory file system (``/dev/shm`` where there is one), removed as soon as the pull ends: never the
+agent's disk, never a command line. A registry served over plain HTTP is refused (the runtime
+verifies TLS) unless its ``host:port`` is in ``E31_INSECURE_REGISTRIES`` (comma-separated,
+loopback addresses only: a test registry or a local mirror).
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PULL_TIMEOUT_S = 3600.0  # a pull that has not ended by then fails the attempt
+INSECURE_ENV = "E31_INSECURE_REGISTRIES"
+_MEMORY_DIR = Path("/dev/shm")
+
+
+class ImagePullError(Exception):
+    """The image could not be pulled; ``str()`` is the reason shown to the user."""
+
+
+def image_registry(image: str) -> str:
+    """The registry ``host[:port]`` of an image reference (``docker.io`` when it names none)."""
+    first, sep, _rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def _loopback(registry: str) -> bool:
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 or registry.endswith("]") else registry
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def insecure_registries(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The plain-HTTP registries the operator allows (``E31_INSECURE_REGISTRIES``), loopback only;
+    any other entry is ignored with a warning."""
+    raw = (os.environ if environ is None else environ).get(INSECURE_ENV, "")
+    allowed = set()
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        if _loopback(entry):
+            allowed.add(entry)
+        else:
+            log.warning("%s: %s is not a loopback registry; ignored", INSECURE_ENV, entry)
+    return frozenset(allowed)
+
+
+def pull_reason(stderr: str) -> str:
+    """The registry's words from a runtime's failed pull: its last ``Error:`` line, shortened to
+    the last two ``: ``-separated parts ("unauthorized: authentication required")."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.lower().startswith(("error:", "error response"))]
+    line = (errors or lines or ["the runtime said nothing"])[-1]
+    line = line.split(":", 1)[1].strip() if line.lower().startswith("error:") else line
+    parts = [p for p in line.split(": ") if p]
+    while len(parts) > 1 and parts[-1] == parts[-2]:  # "manifest unknown: manifest unknown"
+        parts.pop()
+    return ": ".join(parts[-2:])[:300] if parts else line[:300]
+
+
+def registry_login(text: str | None) -> dict[str, str] | None:
+    """The ``{"username", "password"}`` of a ``work.image_credentials`` secret's value, or None when
+    it is not one (the server checks it at submit; a secret changed since is caught here)."""
+    try:
+        login = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(login, dict) or not all(isinstance(login.get(k), str) and login[k]
+                                              for k in ("username", "password")):
+        return None
+    return {"username": login["username"], "password": login["password"]}
+
+
+def _auth_json(registry: str, login: Mapping[str, str]) -> str:
+    token = base64.b64encode(f"{login['username']}:{login['password']}".encode()).decode()
+    return json.dumps({"auths": {registry: {"auth": token}}})
+
+
+def _memory_dir(fallback: Path) -> Path:
+    return _MEMORY_DIR if _MEMORY_DIR.is_dir() and os.access(_MEMORY_DIR, os.W_OK) else fallback
+
+
+def image_present(runtime: str, image: str, *, timeout_s: float = 30.0) -> bool:
+    """True when ``runtime``'s store already holds ``image`` (nothing to pull)."""
+    argv = [runtime, "image", "exists", image] if runtime == "podman" else [runtime, "image", "inspect", image]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pull(runtime: str, image: str, *, login: Mapping[str, str] | None, scratch_dir: Path,
+         timeout_s: float = PULL_TIMEOUT_S, insecure: frozenset[str] | None = None) -> None:
+    """Pull ``image`` with ``runtime`` (``podman`` or ``docker``; the caller first asks
+    :func:`image_present`). ``login``: the registry login, or None (anonymous); ``scratch_dir``:
+    where the auth file goes when the node has no ``/dev/shm``.
+
+    Raises:
+        ImagePullError: the pull failed or timed out (the registry's reason in the message).
+    """
+    registry = image_registry(image)
+    allowed = insecure_registries() if insecure is None else insecure
+    argv = [runtime, "pull", "--quiet"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(scratch_dir)}
+    if runtime == "podman" and registry in allowed:
+        argv.append("--tls-verify=false")
+    with tempfile.TemporaryDirectory(dir=_memory_dir(scratch_dir), prefix="e31-pull-") as tmp:
+        os.chmod(tmp, 0o700)
+        # anonymous (no login): an empty one, so the node's own logins are never used
+        auth = Path(tmp, "config.json" if runtime == "docker" else "auth.json")
+        fd = os.open(auth, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_auth_json(registry, login) if login else json.dumps({"auths": {}}))
+        if runtime == "docker":
+            env["DOCKER_CONFIG"] = tmp
+        else:
+            argv += ["--authfile", str(auth)]
+        try:
+            done = subprocess.run([*argv, image], capture_output=True, text=True, env=env,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise ImagePullError(f"image pull failed: no answer in {timeout_s:.0f} s") from None
+        except OSError as exc:
+            raise ImagePullError(f"image pull failed: {exc}") from None
+    if done.returncode != 0:
+        log.warning("pull of %s failed: %s", image, done.stderr.strip()[-500:])
+        raise ImagePullError(f"image pull failed: {pull_reason(done.stderr)}")

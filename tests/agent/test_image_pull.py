@@ -1,0 +1,48 @@
+"""Images for real (issue 23 item 4): a private image in Debian's ``docker-registry`` behind htpasswd,
+built here with ``buildah`` from ``busybox-static``, pulled by a real agent with podman (runc) before
+the launch. Its login comes from ``work.image_credentials``; without it, or with an unknown tag, the
+attempt fails within seconds with the registry's reason; an image the node holds is not pulled again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .registry import image_job, registry  # noqa: F401
+from .test_agent import bundle_files, exited_of, node, offer  # noqa: F401
+
+
+def staging_words(server, job_id: int) -> list[str]:
+    return [r.get("message", "") for r in server.state.reports[job_id] if r["type"] == "staging"]
+
+
+def test_a_private_image_runs_with_its_login_and_is_not_pulled_twice(node, registry, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("E31_INSECURE_REGISTRIES", registry)
+    server, _agent, _workdir = node
+    image = f"{registry}/e31/busy:1"
+    offer(server, image_job(60, image, login=True))
+    assert server.state.wait_for(lambda: "finished" in server.state.types(60), 60)
+    assert exited_of(server, 60)["reason"] == "exit", server.state.reports[60]
+    files = bundle_files(server, 60)
+    assert files["out.txt"] == b"inside\n"
+    assert files["uid.txt"].strip() != b"0"  # the slot user, not root
+    assert staging_words(server, 60) == [f"pulling image {image}"]
+    offer(server, image_job(61, image, login=False))  # held by the node: no pull, no login needed
+    assert server.state.wait_for(lambda: "finished" in server.state.types(61), 60)
+    assert exited_of(server, 61)["reason"] == "exit" and staging_words(server, 61) == []
+
+
+@pytest.mark.parametrize("tag, login, reason", [("2", True, "manifest unknown"),
+                                                ("3", False, "unauthorized: authentication required")])
+def test_a_pull_that_fails_ends_the_attempt_within_seconds_with_the_registry_s_reason(
+        node, registry, monkeypatch, tag, login, reason):  # noqa: F811
+    monkeypatch.setenv("E31_INSECURE_REGISTRIES", registry)
+    server, _agent, _workdir = node
+    offer(server, image_job(62, f"{registry}/e31/busy:{tag}", login=login))
+    started = time.monotonic()
+    assert server.state.wait_for(lambda: "finished" in server.state.types(62), 30)
+    assert time.monotonic() - started < 10
+    exited = exited_of(server, 62)
+    assert exited["reason"] == "staging_failed" and exited["message"].startswith("image pull failed: ")
+    assert reason in exited["message"]
