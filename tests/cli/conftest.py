@@ -92,6 +92,7 @@ def fake_api(monkeypatch, tmp_path):
     from tests.cli.fake_api import FakeApi
 
     monkeypatch.setenv("E31_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "200")  # CI's shell may say 80: tables must not wrap by chance
     fake = FakeApi()
     fake.install(monkeypatch)
     return fake
