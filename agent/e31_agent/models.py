@@ -17,6 +17,8 @@ from typing import Any
 from e31_protocol import payloads
 from e31_protocol.inputs import input_identity
 
+from .gangnet import GangNet
+
 SECRET_FIELDS = ("secrets", "credentials")  # assignment fields that hold secret values (never stored)
 
 
@@ -219,6 +221,7 @@ class Assignment:
     credentials: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # name -> options JSON
     start_refused: str | None = None  # the server says the attempt cannot start (a secret was deleted)
     gang: list[tuple[str, int]] = field(default_factory=list)  # (host, GPUs) per node rank, rank 0 first
+    gang_net: GangNet | None = None  # a multi-node attempt's network (issue 24 item 1)
     checkpoint_path: str | None = None  # checkpoint.path: packed at the end, restored before the run
     checkpoint_files: list[dict[str, Any]] = field(default_factory=list)  # {"path", "size_bytes", "sha256"}
 
@@ -264,6 +267,7 @@ class Assignment:
             credentials={str(k): str(v) for k, v in (data.get("credentials") or {}).items()},
             start_refused=str(data["start_refused"]) if data.get("start_refused") else None,
             gang=[(str(n["host"]), int(n["gpus"])) for n in sorted(data.get("gang") or [], key=lambda n: n["rank"])],
+            gang_net=GangNet.from_json(data.get("gang_net")),
             checkpoint_path=(data.get("checkpoint") or {}).get("path") or None,
             checkpoint_files=list((data.get("checkpoint") or {}).get("files") or []),
         )

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jobinit
+from . import gangnet, jobinit
 
 DEFAULT_SLOT_UIDS = (2310000, 2319999)
 LOCK_DIR = "/run/e31-agent/slots"
@@ -123,11 +123,13 @@ class Sandbox:
     lock_dir: str = LOCK_DIR
 
     def plan(self, *, job_dir: Path, network: str, gpu_nodes: Sequence[str] = (),
-             image: bool = False) -> dict[str, Any]:
+             image: bool = False, gang_net: dict[str, Any] | None = None) -> dict[str, Any]:
         """The JSON plan of one attempt's sandbox, for the shim (``launch.json["sandbox"]``).
 
         ``image``: the command starts a container runtime, which runs outside
         bubblewrap; the plan then only takes the slot and hands over the job dir.
+        ``gang_net``: a rank of a multi-node attempt (:func:`e31_agent.gangnet.plan`): its
+        sandbox also gets ``gang0`` on the gang's bridge.
         """
         if network not in NETWORKS:
             raise ValueError(f"network must be one of {', '.join(NETWORKS)}")
@@ -135,7 +137,7 @@ class Sandbox:
             "bwrap": self.bwrap, "slirp4netns": self.slirp4netns,
             "slots": list(self.slots) if self.slots else None, "lock_dir": self.lock_dir,
             "ro_paths": list(self.ro_paths), "deny": list(self.deny), "job_dir": str(job_dir),
-            "network": network, "gpu_nodes": list(gpu_nodes), "wrap": not image,
+            "network": network, "gpu_nodes": list(gpu_nodes), "wrap": not image, "gang_net": gang_net,
         }  # fmt: skip
 
 
@@ -325,6 +327,14 @@ class Prepared:
                             raise
                         time.sleep(0.05 * (attempt + 1))
                 self._deny_routes(pid)
+            if self.plan.get("gang_net"):
+                if self.plan["network"] != "egress":
+                    self._wait_loopback(pid, timeout_s)
+                try:
+                    gangnet.attach(pid, self.plan["gang_net"])
+                except (OSError, subprocess.SubprocessError) as exc:
+                    gangnet.detach(self.plan["gang_net"])
+                    raise OSError(f"the gang network: {exc}") from None
             os.write(self.block_w, b"1")
             return slirp
         finally:
@@ -450,9 +460,12 @@ class Prepared:
                 _close(fd)
 
     def stop_network(self) -> None:
-        """The command has ended: let slirp4netns go (it ends when its exit fd closes)."""
+        """The command has ended: let slirp4netns go (it ends when its exit fd closes), and take
+        the rank off its gang's bridge."""
         _close(self._slirp_exit_w)
         self._slirp_exit_w = None
+        if self.plan.get("gang_net"):
+            gangnet.detach(self.plan["gang_net"])
 
     def close(self) -> None:
         """Close what the shim still holds for the sandbox (not the slot lock: see :meth:`release`)."""

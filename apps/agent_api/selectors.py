@@ -2,6 +2,8 @@
 (docs/agent-protocol.md)."""
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 from datetime import datetime
 from typing import Any
 
@@ -84,6 +86,7 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
                         gpus_per_node=job.gpus_per_node, master=master),
         # the gang's nodes, rank 0 first: the agent writes them as an MPI hostfile (E31_HOSTFILE)
         "gang": [{"rank": r.node_rank, "host": r.node.hostname or r.node.name, "gpus": r.gpu_count} for r in ranks],
+        **({"gang_net": gang_network(job_id=job.pk, attempt=lease.attempt, nodes=job.nodes)} if job.nodes > 1 else {}),
         "spec": job.spec,
         # whose inputs these are, for the node's cache (protocol v4, e31_protocol.inputs)
         "input_scope": input_scope(owner_id=job.owner_id, data=job.spec.get("data")),
@@ -114,6 +117,23 @@ def gang_env(*, job_id: int, attempt: int, node_rank: int, nodes: int, gpus_per_
         "MASTER_ADDR": master, "MASTER_PORT": port, "NNODES": str(nodes), "NODE_RANK": str(node_rank),
         "WORLD_SIZE": world,
     }
+
+
+GANG_SUBNET = ipaddress.IPv4Network("10.231.0.0/16")  # inside each rank's sandbox only: one gang's ranks
+VNI_JOB_BITS = 20  # a VXLAN id (24 bits): the job id's low 20 bits, then the attempt's low 4
+
+
+def gang_network(*, job_id: int, attempt: int, nodes: int) -> dict[str, Any]:
+    """The network of a multi-node attempt (SPEC §6, issue 24 item 1), for every rank's agent:
+    ``name`` (8 hex, a keyed hash of the site, job and attempt: the host's bridge of this attempt
+    alone, also where two sites share hosts), ``vni`` (the VXLAN id that joins its ranks across
+    hosts: distinct for any two attempts of 2**20 consecutive jobs), ``prefix`` (bits) and
+    ``addresses`` (rank r at ``10.231.0.0/16`` host r + 1: the addresses exist only on the gang's
+    interfaces, so every gang may use the same range)."""
+    key = f"e31-gang:{settings.SECRET_KEY}:{job_id}:{attempt}".encode()
+    vni = ((job_id % 2**VNI_JOB_BITS) << 4) | (attempt % 16)
+    return {"name": hashlib.sha256(key).hexdigest()[:8], "vni": vni or 1, "prefix": GANG_SUBNET.prefixlen,
+            "addresses": [str(GANG_SUBNET[rank + 1]) for rank in range(nodes)]}
 
 
 def ended_attempts(node: Node, listed: set[tuple[int, int]]) -> list[dict[str, int]]:

@@ -138,6 +138,13 @@ class GangNode(TypedDict):
     gpus: int  # GPUs of the gang on that node (an MPI hostfile's slots)
 
 
+class GangNet(TypedDict):
+    name: str  # 8 hex: the attempt's bridge on each host (e31b<name>)
+    vni: int  # the VXLAN id joining the attempt's ranks across hosts
+    prefix: int  # bits of the gang's network
+    addresses: list[str]  # each node rank's address on gang0, rank 0 first (MASTER_ADDR)
+
+
 class CheckpointPlan(TypedDict):
     path: str  # checkpoint.path, a directory of the job dir
     attempt: int | None  # the attempt whose version the files are (None: nothing kept yet)
@@ -165,6 +172,7 @@ class Assignment(TypedDict):
     start_refused: NotRequired[str]  # the attempt must fail at its start (start_failed), with this reason
     gang: NotRequired[list[GangNode]]  # issue 24: the attempt's nodes, for the hostfile (E31_HOSTFILE)
     checkpoint: NotRequired[CheckpointPlan]  # issue 24: the spec names a checkpoint directory
+    gang_net: NotRequired[GangNet]  # issue 24 item 1: a multi-node attempt's own network
 
 
 class PrestageOffer(TypedDict):

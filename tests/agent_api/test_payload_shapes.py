@@ -53,6 +53,7 @@ PAIRS: list[tuple[type[serializers.Serializer], type, str]] = [
     (s.AssignmentSerializer, p.Assignment, "out"),
     (s.GangNodeSerializer, p.GangNode, "out"),
     (s.CheckpointPlanSerializer, p.CheckpointPlan, "out"),
+    (s.GangNetSerializer, p.GangNet, "out"),
     (s.DataInputSerializer, p.DataInput, "out"),
     (s.InputScopeSerializer, p.InputScope, "out"),
     (s.PrestageOfferSerializer, p.PrestageOffer, "out"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import re
 import tarfile
@@ -138,14 +139,16 @@ def test_failure_time_limit_and_cancel(stack):
     assert jobs[slow]["outcome"] == "timed_out"
     assert Lease.objects.get(job_id=slow).billed_seconds == 3
 
-    doc = {"name": "two-nodes", "work": {"command": "echo rank $E31_NODE_RANK > out_$E31_NODE_RANK.txt"},
-           "compute": {"gpus": 1, "nodes": 2, "mixed_models": True, "time_limit": "1m"},  # H100 + A100 nodes
-           "output": {"paths": ["out_*.txt"]}}
-    gang = api.post("/api/v1/jobs/", json=doc).json()["id"]
+    # the multi-node example (H100 + A100 nodes): its ranks send 100 MiB each way on the gang's network
+    [gang] = submit_api(api, "multinode")
     job = wait_released(api, [gang], timeout=60)[gang]
-    assert job["outcome"] == "succeeded", job
-    assert sorted(f["path"] for r in job["bundle"]["ranks"] for f in r["files"]) == ["out_0.txt", "out_1.txt"]
-    assert api.get(f"/api/v1/jobs/{gang}/bundle/?rank=1").status_code == 200
+    assert job["outcome"] == "succeeded", (job, api.get(f"/api/v1/jobs/{gang}/logs/?rank=1").text[-1000:])
+    assert [f["path"] for r in job["bundle"]["ranks"] for f in r["files"]] == ["exchange.json"] * 2
+    for rank in (0, 1):
+        bundle = api.get(f"/api/v1/jobs/{gang}/bundle/?rank={rank}")
+        with tarfile.open(fileobj=io.BytesIO(bundle.content)) as tar:
+            exchanged = json.loads(tar.extractfile("exchange.json").read())
+        assert exchanged["intact"] and exchanged["received_bytes"] == 100 * 2**20, exchanged
     assert Lease.objects.filter(job_id=gang).count() == 2
 
     blocker = submit("sleep 60", gpus=2, model="A100")

@@ -118,3 +118,16 @@ def test_each_rank_gets_the_environment_every_launcher_reads_and_the_gang_s_node
             "E31_MASTER_PORT": port, "MASTER_ADDR": master, "MASTER_PORT": port, "NNODES": "2",
             "NODE_RANK": str(rank.lease.node_rank), "WORLD_SIZE": "2"}
         assert assignment["gang"] == gang_nodes
+
+
+def test_a_gang_s_network_is_the_same_on_every_rank_and_its_attempt_s_own(gang):
+    """Issue 24 item 1: one name, VXLAN id and address list per attempt, on every rank's assignment."""
+    from apps.agent_api.selectors import agent_work_for, gang_network
+
+    job, (r0, r1) = gang
+    nets = [agent_work_for(r.lease.node)["assignments"][0]["gang_net"] for r in (r0, r1)]
+    assert nets[0] == nets[1] == gang_network(job_id=job.pk, attempt=1, nodes=2)
+    assert nets[0]["addresses"] == ["10.231.0.1", "10.231.0.2"] and nets[0]["prefix"] == 16
+    again = gang_network(job_id=job.pk, attempt=2, nodes=2)
+    assert again["name"] != nets[0]["name"] and again["vni"] != nets[0]["vni"]
+    assert len(nets[0]["name"]) == 8 and 0 < nets[0]["vni"] < 2**24

@@ -12,7 +12,7 @@ from typing import Any
 
 from e31_protocol import ReportType
 
-from .. import container, images
+from .. import container, gangnet, images
 from ..cgroups import JobCgroups
 from ..models import Assignment
 from ..packer import HOSTFILE
@@ -75,9 +75,14 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
         gpus=pinned,
         marker=marker,
     )
+    gang_plan = gang_network(job)
+    if gang_plan is not None and a.gang_net is not None:  # the ranks meet on the gang's own addresses
+        env.update({"E31_MASTER_ADDR": a.gang_net.master, "MASTER_ADDR": a.gang_net.master})
     if a.gang:  # in the job dir as the command sees it: /job in the sandbox and in a container
         inner = JOB_MOUNT if job.sandbox is not None or a.spec.image else str(job_dir)
-        env["E31_HOSTFILE"] = f"{inner}/{hostfile_write(job_dir, a.gang)}"
+        hosts = ([(addr, gpus) for addr, (_, gpus) in zip(a.gang_net.addresses, a.gang, strict=False)]
+                 if gang_plan is not None and a.gang_net is not None else a.gang)
+        env["E31_HOSTFILE"] = f"{inner}/{hostfile_write(job_dir, hosts)}"
     # work.secrets: their names reach the runtime (-e NAME), their values only the shim's pipe; one that
     # would replace a variable the agent sets (E31_JOB_ID, the marker...) is left out
     secret_names = {k for k in a.secrets if k not in env}
@@ -105,7 +110,7 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
     if job.sandbox is not None:
         nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if job.real_gpus and a.gpu_indices else []
         limits["sandbox"] = job.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
-                                             image=bool(a.spec.image))
+                                             image=bool(a.spec.image), gang_net=gang_plan)
     return JobProcess.start(
         launch.argv,
         cwd=job_dir,
@@ -141,6 +146,21 @@ def pull_image(job: LaunchJob, reporter: Reporter) -> str | None:
         log.warning("%s: %s", a.ref, exc)
         return str(exc)
     return None
+
+
+def gang_network(job: LaunchJob) -> dict[str, Any] | None:
+    """The shim's plan for this rank's ``gang0`` (:func:`e31_agent.gangnet.plan`), or None where
+    the attempt has one node, runs in a container image, or this node cannot build it (not root,
+    no sandbox): then the ranks meet, if at all, on the hosts' names, as before issue 24."""
+    a = job.assignment
+    if a.gang_net is None or job.sandbox is None or a.spec.image or not gangnet.available():
+        if a.gang_net is not None:
+            log.warning("%s: no gang network on this node (needs root and the sandbox; no container image)", a.ref)
+        return None
+    rank = int(a.env.get("E31_NODE_RANK") or 0)
+    if rank >= len(a.gang_net.addresses):
+        return None
+    return gangnet.plan(a.gang_net, rank=rank, hosts=[host for host, _ in a.gang])
 
 
 def hostfile_write(job_dir: Path, gang: list[tuple[str, int]]) -> str:

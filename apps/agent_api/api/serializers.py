@@ -230,6 +230,14 @@ class GangNodeSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(help_text="GPUs of the gang on that node (the hostfile's slots).")
 
 
+class GangNetSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="8 hex: the attempt's bridge on each host (e31b<name>).")
+    vni = serializers.IntegerField(help_text="The VXLAN id joining the attempt's ranks across hosts.")
+    prefix = serializers.IntegerField(help_text="Bits of the gang's network.")
+    addresses = serializers.ListField(child=serializers.CharField(),
+                                      help_text="Each node rank's address on gang0, rank 0 first (MASTER_ADDR).")
+
+
 class CheckpointPlanSerializer(serializers.Serializer):
     path = serializers.CharField(help_text="checkpoint.path, a directory of the job dir.")
     attempt = serializers.IntegerField(allow_null=True, help_text="Whose version the files are; null: none kept.")
@@ -261,6 +269,7 @@ class AssignmentSerializer(serializers.Serializer):
                                           help_text="The attempt fails at its start (start_failed) with this reason.")
     gang = GangNodeSerializer(many=True, required=False, help_text="The attempt's nodes, rank 0 first (E31_HOSTFILE).")
     checkpoint = CheckpointPlanSerializer(required=False, help_text="The spec's checkpoint and the version to restore.")
+    gang_net = GangNetSerializer(required=False, help_text="A multi-node attempt's own network (SPEC §6).")
 
 
 class DataInputSerializer(serializers.Serializer):
