@@ -2,7 +2,7 @@
 before it (a ring: with two nodes, one connection each way), on the rendezvous port the platform
 gives (``MASTER_PORT``) at the addresses of the MPI hostfile (``E31_HOSTFILE``). Each rank checks
 the bytes it got (sha256 of a known stream) and writes ``exchange.json``: bytes each way, seconds
-and MiB/s each way. Standard library only.
+and MiB/s, as the receiver saw them. Standard library only.
 
     python exchange.py [--mb 100]
 """
@@ -28,11 +28,12 @@ def stream(seed: int, blocks: int):
 
 def receive(server: socket.socket, into: dict) -> None:
     conn, _ = server.accept()
+    started = time.monotonic()  # from the connection: the sender may start later than this rank
     digest, size = hashlib.sha256(), 0
     while chunk := conn.recv(BLOCK):
         digest.update(chunk)
         size += len(chunk)
-    into.update(bytes=size, sha256=digest.hexdigest())
+    into.update(bytes=size, sha256=digest.hexdigest(), seconds=time.monotonic() - started)
 
 
 def connect(host: str, port: int, wait_s: float = 60.0) -> socket.socket:
@@ -47,6 +48,27 @@ def connect(host: str, port: int, wait_s: float = 60.0) -> socket.socket:
             time.sleep(0.2)
 
 
+def exchange(rank: int, nodes: int, peer: tuple[str, int], listen_port: int, mib: int) -> dict:
+    """Send ``mib`` MiB to ``peer`` (the next rank) while receiving from the rank before on
+    ``listen_port``; the result ``exchange.json`` holds (bytes, and the seconds and MiB/s of the
+    receiving side, from its connection to its last byte)."""
+    server = socket.create_server(("0.0.0.0", listen_port))
+    got: dict = {}
+    listener = threading.Thread(target=receive, args=(server, got))
+    listener.start()
+    with connect(*peer) as out:
+        for block in stream(rank, mib):
+            out.sendall(block)
+    listener.join()
+    seconds = max(got.get("seconds", 0.0), 1e-6)
+    want = hashlib.sha256()
+    for block in stream((rank - 1) % nodes, mib):
+        want.update(block)
+    return {"rank": rank, "sent_bytes": mib * BLOCK, "received_bytes": got.get("bytes"),
+            "intact": got.get("sha256") == want.hexdigest(), "seconds": round(seconds, 3),
+            "mib_per_s_each_way": round(mib / seconds, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100, help="MiB to send to the next rank")
@@ -55,26 +77,11 @@ def main() -> None:
     hosts = [line.split()[0] for line in open(os.environ["E31_HOSTFILE"]) if line.strip()]
     print(f"job {os.environ.get('E31_JOB_ID')} rank {rank} of {nodes} at {hosts[rank]}; "
           f"master {os.environ['MASTER_ADDR']}:{port}", flush=True)
-    server = socket.create_server(("0.0.0.0", port), reuse_port=False)
-    got: dict = {}
-    listener = threading.Thread(target=receive, args=(server, got))
-    listener.start()
-    started = time.monotonic()
-    with connect(hosts[(rank + 1) % nodes], port) as out:
-        for block in stream(rank, args.mb):
-            out.sendall(block)
-    listener.join()
-    seconds = time.monotonic() - started
-    want = hashlib.sha256()
-    for block in stream((rank - 1) % nodes, args.mb):
-        want.update(block)
-    ok = got.get("sha256") == want.hexdigest()
-    result = {"rank": rank, "sent_bytes": args.mb * BLOCK, "received_bytes": got.get("bytes"), "intact": ok,
-              "seconds": round(seconds, 3), "mib_per_s_each_way": round(args.mb / seconds, 1)}
+    result = exchange(rank, nodes, (hosts[(rank + 1) % nodes], port), port, args.mb)
     print(json.dumps(result), flush=True)
     with open("exchange.json", "w") as fh:
         json.dump(result, fh)
-    raise SystemExit(0 if ok else 1)
+    raise SystemExit(0 if result["intact"] else 1)
 
 
 if __name__ == "__main__":
