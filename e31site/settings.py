@@ -455,3 +455,7 @@ E31_PRESTAGE_DEFAULT_RATE_BPS = env_float("E31_PRESTAGE_DEFAULT_RATE_BPS", 100e6
 E31_PRESTAGE_UNKNOWN_INPUT_BYTES = env_int("E31_PRESTAGE_UNKNOWN_INPUT_BYTES", 10**9)
 E31_PRESTAGE_PER_NODE = env_int("E31_PRESTAGE_PER_NODE", 4)
 E31_PRESTAGE_PER_CYCLE = env_int("E31_PRESTAGE_PER_CYCLE", 64)
+# The New job price panel quotes start times (issue 29 item 4) while at most this many jobs are queued:
+# each quote runs the scheduler's core once per GPU model (about 0.6 s at 10,000 queued), and the
+# panel asks as the user types. The API's dry run always quotes.
+E31_QUOTE_FORM_MAX_QUEUED = env_int("E31_QUOTE_FORM_MAX_QUEUED", 2000)

@@ -2,21 +2,63 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from apps.artifacts.models import Upload
 from apps.core import clock
+from apps.core.types import ComputeRequest
 from apps.metering.limits import spend_check
 from apps.metering.pricing import worst_case_price
 from apps.metering.selectors import price_estimate, rate_table
+from apps.scheduling.adapter import start_quotes
 
 from .services.submit import spec_validate
-from .spec import compute_request
+from .spec import compute_request, requirement_columns
 
 
 def _money(amount) -> str | None:
     return None if amount is None else f"{amount:.2f}"
+
+
+@dataclass(frozen=True)
+class QuotedJob:
+    """The requirement columns of a spec not yet submitted (``apps.scheduling.core.requests.Requirements``)."""
+
+    gpus_per_node: int
+    nodes: int
+    time_limit_s: int
+    gpu_models: tuple[str, ...]
+    gpu_memory_mib: int
+    cpus: int
+    memory_mib: int
+    needs_runtime: bool
+    mixed_models: bool
+    priority_boost: int = 0
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def model_quotes(*, owner, request: ComputeRequest, by_model: list[dict[str, Any]], needs_runtime: bool = False,
+                 mixed_models: bool = False, now: datetime | None = None) -> list[dict[str, Any]]:
+    """One quote per GPU model of ``by_model`` (the models the job accepts that the pool has, with
+    their worst case: :func:`apps.metering.selectors.price_estimate`'s rows): the likely start and
+    the "no later than" bound the scheduler would give ``request`` on that model alone if it were
+    sent now (:func:`apps.scheduling.adapter.start_quotes`). Shape: ``[{"gpu_model",
+    "estimated_start_at", "latest_start_at", "worst_case"}]`` (ISO 8601, USD per task), soonest
+    likely start first, a model it could never start on last.
+    """
+    base = QuotedJob(gpus_per_node=request.gpus, nodes=request.nodes, time_limit_s=request.time_limit_s,
+                     gpu_models=(), gpu_memory_mib=request.gpu_memory_mib, cpus=request.cpus,
+                     memory_mib=request.memory_mib, needs_runtime=needs_runtime, mixed_models=mixed_models)
+    variants = [replace(base, gpu_models=(row["gpu_model"],)) for row in by_model]
+    starts = start_quotes(variants, owner_id=owner.pk, now=now)
+    quotes = [{"gpu_model": row["gpu_model"], "estimated_start_at": _iso(likely), "latest_start_at": _iso(latest),
+               "worst_case": _money(row["worst_case"])} for row, (likely, latest) in zip(by_model, starts, strict=True)]
+    return sorted(quotes, key=lambda q: (q["estimated_start_at"] is None, q["estimated_start_at"] or ""))
 
 
 def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
@@ -28,10 +70,13 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
 
         {"dry_run": true, "valid": true, "worst_case": "12.34", "gpus": 2, "time_limit": "1h", "tasks": 1,
          "by_model": [{"gpu_model", "rate_per_gpu_hour", "worst_case"}],
-         "spend_limit": {"limit", "spent", "committed", "left", "fits", "shortfall", "month_start"}}
+         "spend_limit": {"limit", "spent", "committed", "left", "fits", "shortfall", "month_start"},
+         "quotes": [{"gpu_model", "estimated_start_at", "latest_start_at", "worst_case"}]}
 
     ``worst_case`` is time limit x GPUs x the highest rate of the accepted models, times
-    ``tasks`` (the spec's ``array``, else 1); ``by_model`` is per task.
+    ``tasks`` (the spec's ``array``, else 1); ``by_model`` is per task; ``quotes`` (issue 29 item
+    4): per model the job could run on, when it would likely start and start at the latest if sent
+    now, and its worst case there (per task), soonest first (:func:`model_quotes`).
 
     Raises:
         apps.jobs.spec.SpecError: the spec is invalid (the same errors a submit gives).
@@ -45,6 +90,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     table = rate_table(now)
     worst = worst_case_price(compute_request(compute), table, tasks=tasks).amount
     check = spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table)
+    columns = requirement_columns(spec.model_dump(mode="json"))
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
         "time_limit": estimate.time_limit, "tasks": tasks,
@@ -55,4 +101,6 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
             "left": _money(check.left), "fits": check.fits, "shortfall": _money(check.shortfall),
             "month_start": check.month_start.isoformat(),
         },
+        "quotes": model_quotes(owner=owner, request=compute_request(compute), by_model=estimate.rows,
+                               needs_runtime=columns["needs_runtime"], mixed_models=columns["mixed_models"], now=now),
     }

@@ -224,6 +224,7 @@ class Estimate:
     gpus: int
     time_limit: str
     rows: list[dict[str, Any]]
+    request: ComputeRequest | None = None  # what was priced (GPUs per node, nodes, models, limit)
 
 
 def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None:
@@ -259,7 +260,7 @@ def price_estimate(compute: Any, now: datetime | None = None) -> Estimate | None
     rows = [{**row, "worst_case": worst.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP),
              "enough": row["total"] >= gpus * nodes}
             for row, worst in worst_case_price(request, rate_table(now)).by_model]
-    return Estimate(gpus=gpus * nodes, time_limit=format_duration(seconds), rows=rows)
+    return Estimate(gpus=gpus * nodes, time_limit=format_duration(seconds), rows=rows, request=request)
 
 
 def _typed_int(text: str) -> Any:

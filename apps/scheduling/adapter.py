@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -31,6 +32,7 @@ from apps.pool.notify import node_wake
 from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, job_request, predict_runtime, schedule
 from .core.matching import model_matches, model_trials, node_could_ever_hold, one_kind
 from .core.prestage import prestage_targets
+from .core.requests import Requirements
 from .models import SchedulerCycle
 from .node_cache import cached_inputs
 from .ports import JobQueue, PositionChange, QueuedJob, job_queue
@@ -292,22 +294,8 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             return {"placed": 0, "queued": len(held), "seconds": time.monotonic() - started}
         views = pool_views(now)
         _add_cache_views(views, queue.staging_rates())
-        inputs = queue.inputs()
         usage = usage_now(now)
-        runtimes: dict[tuple[int, int], float] = {}
-        requests = []
-        predicted: dict[int, float] = {}
-        for row in rows:
-            key = (row.owner_id, row.time_limit_s)
-            if key not in runtimes:
-                runtimes[key] = predict_runtime(
-                    usage[row.owner_id].recent_runtimes_s if row.owner_id in usage else [], row.time_limit_s)
-            predicted[row.job_id] = runtimes[key]
-            asked = inputs.get(row.job_id)
-            requests.append(job_request(
-                row, job_id=row.job_id, account=row.owner_id, submitted_at_s=row.submitted_at_s,
-                predicted_runtime_s=runtimes[key], inputs=asked.identities if asked else (),
-                input_bytes=asked.total_bytes if asked else 0))
+        requests, predicted = _requests(rows, queue, usage)
         policy = policy_from_settings()
         decision = schedule(requests, views, now.timestamp(), policy,
                             usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
@@ -352,6 +340,70 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             seconds * 1000)
     return {"placed": len(decision.placements), "queued": len(decision.pending) + len(held), "seconds": seconds,
             "written": len(changed)}
+
+
+def _requests(rows: list[QueuedJob], queue: JobQueue, usage: dict) -> tuple[list[JobRequest], dict[int, float]]:
+    """The core's requests for the queued ``rows`` (runtimes predicted per owner and time limit,
+    inputs for cache affinity), and the predicted runtime (s) by job id."""
+    inputs = queue.inputs()
+    runtimes: dict[tuple[int, int], float] = {}
+    requests = []
+    predicted: dict[int, float] = {}
+    for row in rows:
+        key = (row.owner_id, row.time_limit_s)
+        if key not in runtimes:
+            runtimes[key] = predict_runtime(
+                usage[row.owner_id].recent_runtimes_s if row.owner_id in usage else [], row.time_limit_s)
+        predicted[row.job_id] = runtimes[key]
+        asked = inputs.get(row.job_id)
+        requests.append(job_request(
+            row, job_id=row.job_id, account=row.owner_id, submitted_at_s=row.submitted_at_s,
+            predicted_runtime_s=runtimes[key], inputs=asked.identities if asked else (),
+            input_bytes=asked.total_bytes if asked else 0))
+    return requests, predicted
+
+
+QUOTE_JOB_ID = 0  # the job being quoted: not saved, so no queued job has this id
+
+
+def start_quotes(variants: Sequence[Requirements], *, owner_id: int,
+                 now: datetime | None = None) -> list[tuple[datetime | None, datetime | None]]:
+    """For each of ``variants`` (one job's requirements, e.g. one per GPU model it accepts): the
+    likely start and the "no later than" bound the scheduler would give it if it were submitted
+    now by ``owner_id`` (issue 29 item 4). Each is one run of the same core as the cycle
+    (:func:`schedule`, the site's policy and the owner's fair share) over the queue and pool as
+    the cycle reads them, plus that job; nothing is written or locked. A job that would start at
+    once gets ``(now, now)``; one that could never start here ``(None, None)``.
+
+    Jobs held back for their dependencies are planned as if queued (the cycle settles them, a
+    write a quote must not make), so a quote errs late.
+    """
+    now = now or clock.now()
+    queue = job_queue()
+    rows = queue.queued()
+    views = pool_views(now)
+    _add_cache_views(views, queue.staging_rates())
+    usage = usage_now(now)
+    requests, _ = _requests(rows, queue, usage)
+    policy = policy_from_settings()
+    shares = {str(o): u.decayed_gpu_seconds for o, u in usage.items()}
+    promises = {r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None}
+    out: list[tuple[datetime | None, datetime | None]] = []
+    for variant in variants:
+        runtime = predict_runtime(usage[owner_id].recent_runtimes_s if owner_id in usage else [],
+                                  variant.time_limit_s)
+        quoted = job_request(variant, job_id=QUOTE_JOB_ID, account=owner_id, submitted_at_s=now.timestamp(),
+                             predicted_runtime_s=runtime)
+        decision = schedule([*requests, quoted], views, now.timestamp(), policy, usage=shares, promises=promises)
+        if any(p.job_id == QUOTE_JOB_ID for p in decision.placements):
+            out.append((now, now))
+            continue
+        pend = next((p for p in decision.pending if p.job_id == QUOTE_JOB_ID), None)
+        likely = pend.estimated_start if pend is not None else None
+        latest = pend.latest_start if pend is not None else None
+        out.append((None if likely is None else datetime.fromtimestamp(max(likely, now.timestamp()), UTC),
+                    None if latest is None else datetime.fromtimestamp(math.ceil(latest), UTC)))
+    return out
 
 
 def _keep_cycle_stat(now: datetime, policy: str, seconds: float, queued: int, placed: int) -> None:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
 
 from apps.artifacts.models import Upload
 from apps.core.models import AccountProfile
@@ -431,6 +432,21 @@ def test_the_estimate_is_time_limit_times_gpus_times_rate(web, node):
     html = resp.content.decode()
     assert "H100-80GB" in html and "$9.96" in html  # 2 h x 2 GPUs x 2.49
     assert "A100-80GB" not in html
+
+
+def test_the_estimate_says_when_the_job_would_start_on_each_model(web, node):
+    html = web.get("/jobs/new/estimate/?gpus=2&nodes=1&time_limit=2h").content.decode()
+    assert "When it would start, if sent now" in html
+    row = html[html.index('class="table table-compact quotes"'):]
+    assert "<td>H100-80GB</td><td>now</td><td>now</td>" in row and "$9.96" in row
+
+
+def test_the_panel_leaves_the_start_out_while_the_queue_is_long(web, node, settings, user):
+    settings.E31_QUOTE_FORM_MAX_QUEUED = 0
+    Job.objects.create(owner=user, name="q", spec={}, gpus_per_node=1, time_limit_s=60, state="queued",
+                       submitted_at=timezone.now())
+    html = web.get("/jobs/new/estimate/?gpus=2&nodes=1&time_limit=2h").content.decode()
+    assert "$9.96" in html and "When it would start" not in html
 
 
 def test_the_estimate_waits_for_a_complete_compute_part(web, node):

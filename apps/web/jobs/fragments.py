@@ -21,7 +21,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from apps.artifacts.files import addressable
 from apps.artifacts.services import bundles_latest
@@ -33,6 +35,7 @@ from apps.jobs.dependencies import dependents_of
 from apps.jobs.logquery import LogQuery
 from apps.jobs.models import Job, JobArray
 from apps.jobs.prestage import staging_progress
+from apps.jobs.quotes import model_quotes
 from apps.jobs.retention import job_expires_at
 from apps.jobs.selectors import end_detail
 from apps.jobs.services.logs import LogLine, LogPage, LogPiece, lines_of, log_pieces
@@ -51,6 +54,44 @@ LEASES_ID = "job-{pk}-leases"
 LOG_ID = "job-{pk}-log"
 BUNDLE_ID = "job-{pk}-bundle"
 ROW_ID = "job-row-{pk}"
+
+
+@dataclass(frozen=True)
+class StartQuote:
+    """One row of the New job page's "When it would start": a GPU model, its likely start and
+    "no later than" as text ("now", "14:10", "Dec 8, 09:00", "not in this pool"), its worst case."""
+
+    gpu_model: str
+    likely: str
+    latest: str
+    worst_case: str | None
+
+
+def _when(at: str | None, now: datetime, missing: str = "–") -> str:
+    if at is None:
+        return missing
+    moment = datetime.fromisoformat(at)
+    if (moment - now).total_seconds() < 60:
+        return "now"
+    local = timezone.localtime(moment)
+    same_day = local.date() == timezone.localtime(now).date()
+    return local.strftime("%H:%M" if same_day else "%b %-d, %H:%M")
+
+
+def estimate_context(user: Any, estimate: Any) -> dict[str, Any]:
+    """What ``jobs/_estimate.html`` shows besides the prices: the price estimate and, for each
+    GPU model it prices, when the job would start if sent now (:func:`apps.jobs.quotes.model_quotes`,
+    CPUs, memory and image of the form not counted), while no more than
+    ``E31_QUOTE_FORM_MAX_QUEUED`` jobs are queued (the panel asks as the user types)."""
+    now = clock.now()
+    quotes = []
+    if (estimate is not None and estimate.rows and estimate.request is not None
+            and Job.objects.filter(state=JobState.QUEUED).count() <= settings.E31_QUOTE_FORM_MAX_QUEUED):
+        quotes = [StartQuote(q["gpu_model"], _when(q["estimated_start_at"], now, "cannot start here"),
+                             _when(q["latest_start_at"], now),
+                             q["worst_case"])
+                  for q in model_quotes(owner=user, request=estimate.request, by_model=estimate.rows, now=now)]
+    return {"estimate": estimate, "quotes": quotes}
 
 
 def stamp_ms() -> int:

@@ -40,6 +40,7 @@ from apps.metering.selectors import price_estimate, rate_table
 from apps.web.jobs.forms import JobForm, edit_job_form, new_job_form
 from apps.web.jobs.fragments import (
     array_row_context,
+    estimate_context,
     job_page_context,
     list_row_context,
     log_page_links,
@@ -158,7 +159,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         "section": "new", "form": form, "rows": form.rows, "examples": example_names(),
         "example": example if example in example_names() else "",
         "example_files": example_files(example) if example in example_names() else [],
-        "estimate": price_estimate(form.compute_document()), "rates": rate_table(),
+        **estimate_context(request.user, price_estimate(form.compute_document())), "rates": rate_table(),
         "spend": spend_check(owner=request.user, worst_case=Decimal(0)),
     })
 
@@ -167,7 +168,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def job_estimate(request: HttpRequest) -> HttpResponse:
     """The price estimate fragment for the compute part as typed (htmx asks on change)."""
-    return render(request, "jobs/_estimate.html", {"estimate": price_estimate(request.GET.dict()),
+    return render(request, "jobs/_estimate.html", {**estimate_context(request.user, price_estimate(request.GET.dict())),
                                                    "rates": rate_table(),
                                                    "spend": spend_check(owner=request.user, worst_case=Decimal(0))})
 

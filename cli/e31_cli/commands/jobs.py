@@ -252,7 +252,8 @@ def rerun(args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 def price(args: argparse.Namespace, ctx: Ctx) -> int:
-    """``POST /api/v1/jobs/?dry_run=1``: worst case and spend limit. Exit 4 when it would not fit."""
+    """``POST /api/v1/jobs/?dry_run=1``: worst case, when it would start on each GPU model, and
+    the spend limit. Exit 4 when it would not fit."""
     spec = read_spec(args.spec)
     with ctx.api() as api:
         quote = _post_spec(api, spec, dry_run=True)
@@ -267,6 +268,11 @@ def price(args: argparse.Namespace, ctx: Ctx) -> int:
                   f"{quote['time_limit']} at the highest rate of the models it accepts).")
     ctx.out.table(["GPU MODEL", "RATE / GPU-HOUR", "WORST CASE PER TASK"], [
         (cell(r["gpu_model"]), r["rate_per_gpu_hour"], r["worst_case"]) for r in quote.get("by_model", [])])
+    if quote.get("quotes"):  # issue 29 item 4: when it would start on each model, if sent now
+        ctx.out.print("When it would start, if sent now (soonest first):")
+        ctx.out.table(["GPU MODEL", "LIKELY START", "NO LATER THAN", "AT MOST PER TASK"], [
+            (cell(q["gpu_model"]), when(q.get("estimated_start_at")) if q.get("estimated_start_at") else "cannot start",
+             when(q.get("latest_start_at")), money(q.get("worst_case"))) for q in quote["quotes"]])
     if limit.get("limit") is None:
         ctx.out.print("No monthly spend limit.")
     else:
