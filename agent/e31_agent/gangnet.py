@@ -13,6 +13,9 @@ the sandbox's other routes stay as they were: egress through slirp4netns, the ho
 link-local and the private ranges unreachable. Another job's sandbox is on no bridge of this
 attempt, so it cannot reach a rank.
 
+A node with RDMA devices binds them into every gang rank (:func:`rdma_device_nodes`): InfiniBand
+verbs then work from the sandbox; RoCE does not (its network device stays in the host's namespace).
+
 Needs root (a veth in the host's namespace, moved into the sandbox's); :func:`available` says
 whether this node can. Every change of the host's links is made under one file lock
 (:data:`LOCK_PATH`), so two agents of one host (``make run``) never race on a shared bridge, and a
@@ -28,6 +31,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,6 +76,19 @@ class GangNet:
     def master(self) -> str:
         """Rank 0's address: ``E31_MASTER_ADDR`` and ``MASTER_ADDR`` of every rank."""
         return self.addresses[0]
+
+
+RDMA_DIR = "/dev/infiniband"
+
+
+def rdma_device_nodes(root: str = RDMA_DIR) -> list[str]:
+    """The node's RDMA device nodes (``/dev/infiniband/uverbs0``, ``rdma_cm``...), bound into a
+    gang rank's sandbox so NCCL and MPI can use InfiniBand verbs; empty where there are none."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [f"{root}/{n}" for n in names if stat.S_ISCHR(os.stat(f"{root}/{n}").st_mode)]
 
 
 def available() -> bool:

@@ -147,3 +147,13 @@ def test_a_rank_with_a_peer_on_another_host_is_joined_to_it_over_vxlan_and_all_i
         gangnet.detach(plan)
     assert not [n for n in gangnet._bridges() if n == "e31ba1b2c3d4"]
     assert subprocess.run(["ip", "link", "show", "e31xa1b2c3d4"], capture_output=True).returncode != 0
+
+
+def test_a_node_s_rdma_devices_are_found_for_its_gang_ranks(tmp_path):
+    import os
+    import stat
+
+    os.mknod(tmp_path / "uverbs0", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    (tmp_path / "README").write_text("not a device")
+    assert gangnet.rdma_device_nodes(str(tmp_path)) == [f"{tmp_path}/uverbs0"]
+    assert gangnet.rdma_device_nodes(str(tmp_path / "none")) == []

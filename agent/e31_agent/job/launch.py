@@ -109,6 +109,8 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
     limits = job_limits(a, job.limits, job.job_user, cgroup=run_cgroup(job))
     if job.sandbox is not None:
         nodes = gpu_device_nodes(a.gpu_uuids, a.gpu_indices) if job.real_gpus and a.gpu_indices else []
+        if gang_plan is not None:  # a gang rank also gets the node's RDMA devices (InfiniBand verbs)
+            nodes += gangnet.rdma_device_nodes()
         limits["sandbox"] = job.sandbox.plan(job_dir=job_dir, network=a.spec.network, gpu_nodes=nodes,
                                              image=bool(a.spec.image), gang_net=gang_plan)
     return JobProcess.start(
