@@ -41,6 +41,8 @@ What a job's command gets (docs/SPEC.md §6, docs/security.md):
   ``172.16/12``, ``192.168/16``, ``100.64/10``; unless the agent is started
   with ``--sandbox-allow-private``) and to ``--sandbox-deny`` networks, so
   none of the platform's services on this host or its network is reachable;
+  a rank of a multi-node attempt also gets ``gang0``, on a bridge of its
+  attempt alone, where only the gang's other ranks are (:mod:`e31_agent.gangnet`);
 - **the environment the agent built** (:func:`e31_agent.runner.build_env`),
   which holds no secret of the platform.
 
@@ -307,8 +309,8 @@ class Prepared:
         self._close_after_start = []
 
     def start_network(self, child_pid: int, *, timeout_s: float = NETWORK_SETUP_TIMEOUT_S) -> subprocess.Popen | None:
-        """Give the sandbox its network (``egress``: slirp4netns and the deny routes), then let
-        the command start. Returns the slirp4netns process (None for ``none``). Raises
+        """Give the sandbox its network (``egress``: slirp4netns and the deny routes; a gang
+        rank: ``gang0``), then let the command start. Returns the slirp4netns process (None for ``none``). Raises
         ``OSError`` with the reason."""
         if self.info_r is None or self.block_w is None:
             return None
