@@ -84,6 +84,17 @@ def fill(n_jobs: int, n_nodes: int) -> None:
         for r in queue], batch_size=2000)
 
 
+def filled_database(n_jobs: int, n_nodes: int) -> None:
+    """A fresh database holding :func:`fill`'s pool and queue, Django set up, statistics analysed."""
+    fresh_database()
+    setup_django()
+    fill(n_jobs, n_nodes)
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -92,18 +103,12 @@ def main() -> dict:
     parser.add_argument("--step", type=float, default=5.0, help="seconds the clock moves between cycles")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    fresh_database()
-    setup_django()
-    fill(args.jobs, args.nodes)
-    from django.db import connection
-
+    filled_database(args.jobs, args.nodes)
     from apps.jobs.models import Job
     from apps.scheduling.adapter import policy_from_settings, pool_views, schedule_cycle
     from apps.scheduling.core import job_request, schedule
     from apps.scheduling.ports import job_queue
 
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
     now = datetime.fromtimestamp(NOW, UTC)
     first = schedule_cycle(now=now)
     steady = []

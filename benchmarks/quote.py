@@ -13,9 +13,8 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from _stack import fresh_database
 from cycle import NOW
-from cycle_db import fill, setup_django
+from cycle_db import filled_database
 
 
 def main() -> None:
@@ -25,17 +24,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    fresh_database()
-    setup_django()
-    fill(args.jobs, args.nodes)
+    filled_database(args.jobs, args.nodes)
     from django.contrib.auth.models import User
-    from django.db import connection
 
     from apps.jobs.quotes import QuotedJob
     from apps.scheduling.adapter import pool_capacity, schedule_cycle, start_quotes
 
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
     now = datetime.fromtimestamp(NOW, UTC)
     schedule_cycle(now=now)
     owner = User.objects.get(username="acct-1")
