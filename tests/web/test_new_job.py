@@ -10,13 +10,13 @@ import pytest
 import yaml
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.utils import timezone
 
 from apps.artifacts.models import Upload
 from apps.core.models import AccountProfile
 from apps.jobs.examples import example_attachments, example_file, example_names
 from apps.jobs.models import Job
 
+from ..drive import queued_job
 from .factories import UserFactory, node_with_gpus, spec_doc
 
 pytestmark = pytest.mark.django_db
@@ -443,8 +443,7 @@ def test_the_estimate_says_when_the_job_would_start_on_each_model(web, node):
 
 def test_the_panel_leaves_the_start_out_while_the_queue_is_long(web, node, settings, user):
     settings.E31_QUOTE_FORM_MAX_QUEUED = 0
-    Job.objects.create(owner=user, name="q", spec={}, gpus_per_node=1, time_limit_s=60, state="queued",
-                       submitted_at=timezone.now())
+    queued_job(user)
     html = web.get("/jobs/new/estimate/?gpus=2&nodes=1&time_limit=2h").content.decode()
     assert "$9.96" in html and "When it would start" not in html
 
