@@ -114,6 +114,7 @@ COLUMNS = [  # (key, header, format)
     ("estimate_within_60s", "est<=60s", "{:.3f}"), ("estimate_within_60s_waited", "est<=60s w", "{:.3f}"),
     ("estimate_abs_error_median_s", "est err p50 s", "{:,.0f}"),
     ("estimate_abs_error_median_waited_s", "est err p50 w s", "{:,.0f}"),
+    ("estimate_waited_within", "est ok w10m", "{:.3f}"), ("estimate_waited_before", "before w10m", "{:.3f}"),
     ("cycle_ms_p50", "cycle p50 ms", "{:.2f}"), ("cycle_ms_max", "cycle max ms", "{:,.1f}"),
     ("wall_s", "wall s", "{:,.1f}"),
 ]

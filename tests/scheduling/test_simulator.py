@@ -190,6 +190,7 @@ def test_recorded_figures_use_the_trace_waits(tiny):
 JSON_KEYS = {"trace", "policy", "jobs", "skipped", "nodes", "gpus_per_node", "utilisation", "wait_mean_s",
              "wait_p50_s", "wait_p95_s", "wait_max_s", "bsld_mean", "bsld_p95", "by_size", "worst_account_bsld",
              "jain_accounts", "estimate_within_60s", "estimate_within_60s_waited", "estimate_abs_error_median_s",
+             "estimate_waited_within", "estimate_waited_median_error_s", "estimate_waited_before",
              "cycle_ms_p50", "cycle_ms_max", "wall_s"}
 
 
