@@ -1,6 +1,7 @@
 """Every rank of a multi-node job sends data to the next rank over TCP and receives from the one
 before it (a ring: with two nodes, one connection each way), on the rendezvous port the platform
-gives (``MASTER_PORT``) at the addresses of the MPI hostfile (``E31_HOSTFILE``). Each rank checks
+gives (``E31_MASTER_PORT``, torchrun's ``MASTER_PORT``) at the addresses of the MPI hostfile
+(``E31_HOSTFILE``; run by hand without one, it is a gang of one on 127.0.0.1). Each rank checks
 the bytes it got (sha256 of a known stream) and writes ``exchange.json``: bytes each way, seconds
 and MiB/s, as the receiver saw them. Standard library only.
 
@@ -73,10 +74,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100, help="MiB to send to the next rank")
     args = parser.parse_args()
-    rank, nodes, port = int(os.environ["NODE_RANK"]), int(os.environ["NNODES"]), int(os.environ["MASTER_PORT"])
-    hosts = [line.split()[0] for line in open(os.environ["E31_HOSTFILE"]) if line.strip()]
-    print(f"job {os.environ.get('E31_JOB_ID')} rank {rank} of {nodes} at {hosts[rank]}; "
-          f"master {os.environ['MASTER_ADDR']}:{port}", flush=True)
+    env = os.environ
+    print(" ".join(f"{k}={env.get(k, '')}" for k in ("E31_JOB_ID", "E31_NODE_RANK", "E31_NUM_NODES",
+                                                     "CUDA_VISIBLE_DEVICES")), flush=True)
+    rank, nodes = int(env.get("E31_NODE_RANK", "0")), int(env.get("E31_NUM_NODES", "1"))
+    port = int(env.get("E31_MASTER_PORT", "29500"))
+    hostfile = env.get("E31_HOSTFILE")  # by hand, without one: a gang of one on this host
+    hosts = [line.split()[0] for line in open(hostfile) if line.strip()] if hostfile else ["127.0.0.1"]
+    print(f"rank {rank} of {nodes} at {hosts[rank]}; master {env.get('E31_MASTER_ADDR', hosts[0])}:{port}",
+          flush=True)
     result = exchange(rank, nodes, (hosts[(rank + 1) % nodes], port), port, args.mb)
     print(json.dumps(result), flush=True)
     with open("exchange.json", "w") as fh:

@@ -79,7 +79,7 @@ def rank(server, job_id, r, host_addr, platform_port):
                      data=[{"source": "upload:x", "target": "exchange.py", "sha256": None, "extract": False}])
     net = {"name": "0f1e2d3c", "vni": 4242, "prefix": 16, "addresses": ["10.231.0.1", "10.231.0.2"]}
     job["env"] |= {"E31_NODE_RANK": str(r), "NODE_RANK": str(r), "E31_NUM_NODES": "2", "NNODES": "2",
-                   "E31_MASTER_ADDR": "vm", "MASTER_ADDR": "vm", "MASTER_PORT": "29601",
+                   "E31_MASTER_ADDR": "vm", "MASTER_ADDR": "vm", "MASTER_PORT": "29601", "E31_MASTER_PORT": "29601",
                    "HOST_ADDR": host_addr, "PLATFORM_PORT": str(platform_port)}
     job["spec"]["work"]["network"] = "egress"
     job["spec"]["compute"]["nodes"] = 2
