@@ -3,6 +3,7 @@ operation, signed in with an API token, against the real application and databas
 may be a 5xx. Derandomized, so a failure reproduces."""
 import pytest
 import schemathesis
+import schemathesis.specs.openapi.adapter  # noqa: F401  at collection: see ADAPTER below
 from django.core.wsgi import get_wsgi_application
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, given, settings
@@ -12,6 +13,9 @@ from apps.tokens.services import token_issue
 from ..factories import UserFactory, node_with_gpus
 
 EXAMPLES = 30
+# ADAPTER: schemathesis loads its OpenAPI adapter lazily; imported (so parsed) at collection, before any thread
+# runs, since CPython 3.11's parser keeps one AST recursion counter and a parse racing another thread's failed
+# in CI with "SystemError: AST constructor recursion depth mismatch" (cpython#106905).
 
 
 @pytest.mark.django_db(transaction=True)
