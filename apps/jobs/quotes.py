@@ -1,4 +1,5 @@
-"""A priced dry run of a submit: validate the spec, price its worst case, check the spend limit."""
+"""A priced dry run of a submit: validate the spec, price its worst case, check the spend limit,
+and quote when it would start on each GPU model it accepts (issue 29 item 4)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
