@@ -28,3 +28,21 @@ class Ctx:
             CliError: (exit 2) no URL or token configured.
         """
         return Api(require(self.settings()))
+
+    def listing(self, path: str, *, empty: str) -> list[dict] | None:
+        """The first page of ``GET path`` (its ``results``) for a command to print as a table, or
+        None when nothing is left to print: in ``--json`` mode the rows were emitted; with no rows,
+        ``empty`` was printed as a note.
+
+        Raises:
+            CliError: as :meth:`api` and the request do.
+        """
+        with self.api() as api:
+            rows = api.json("GET", path).get("results", [])
+        if self.out.json_mode:
+            self.out.emit(rows)
+            return None
+        if not rows:
+            self.out.note(empty)
+            return None
+        return rows

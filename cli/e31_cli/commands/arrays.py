@@ -42,13 +42,8 @@ def _counts(counts: dict[str, Any]) -> str:
 
 def array_ls(args: argparse.Namespace, ctx: Ctx) -> int:
     """``GET /api/v1/arrays/``: one row per array (the first page)."""
-    with ctx.api() as api:
-        rows = api.json("GET", "/arrays/").get("results", [])
-    if ctx.out.json_mode:
-        ctx.out.emit(rows)
-        return Exit.OK
-    if not rows:
-        ctx.out.note("No job arrays: a spec with `array: N` submits one.")
+    rows = ctx.listing("/arrays/", empty="No job arrays: a spec with `array: N` submits one.")
+    if rows is None:
         return Exit.OK
     ctx.out.table(["ID", "NAME", "TASKS", "BY STATE", "SUBMITTED"], [
         (r["id"], cell(r["name"]), r["size"], cell(_counts(r["counts"])), when(r["submitted_at"])) for r in rows])

@@ -71,15 +71,10 @@ def secret_set(args: argparse.Namespace, ctx: Ctx) -> int:
 
 def secret_ls(args: argparse.Namespace, ctx: Ctx) -> int:
     """``GET /api/v1/secrets/``: names and dates."""
-    with ctx.api() as api:
-        rows = api.json("GET", "/secrets/").get("results", [])
-    if ctx.out.json_mode:
-        ctx.out.emit(rows)
-    elif rows:
+    rows = ctx.listing("/secrets/", empty="No secrets yet: `e31 secret set NAME < file`.")
+    if rows is not None:
         ctx.out.table(["NAME", "CREATED", "UPDATED"],
                       [(cell(r["name"]), when(r["created_at"]), when(r["updated_at"])) for r in rows])
-    else:
-        ctx.out.note("No secrets yet: `e31 secret set NAME < file`.")
     return Exit.OK
 
 

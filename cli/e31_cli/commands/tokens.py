@@ -58,13 +58,8 @@ def token_create(args: argparse.Namespace, ctx: Ctx) -> int:
 
 def token_ls(args: argparse.Namespace, ctx: Ctx) -> int:
     """``GET /api/v1/account/tokens/``: never a key."""
-    with ctx.api() as api:
-        rows = api.json("GET", "/account/tokens/").get("results", [])
-    if ctx.out.json_mode:
-        ctx.out.emit(rows)
-        return Exit.OK
-    if not rows:
-        ctx.out.note("No API tokens: `e31 token create NAME` makes one.")
+    rows = ctx.listing("/account/tokens/", empty="No API tokens: `e31 token create NAME` makes one.")
+    if rows is None:
         return Exit.OK
     mine = _in_use_prefix(ctx)
     ctx.out.table(["ID", "NAME", "KEY", "CREATED", "LAST USED", ""], [
