@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "django_filters",
     "channels",
     "apps.core",
+    "apps.projects",
     "apps.jobs",
     "apps.pool",
     "apps.scheduling",

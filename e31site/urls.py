@@ -12,6 +12,7 @@ from apps.artifacts.api import urls as artifacts_api_urls
 from apps.jobs.api import urls as jobs_api_urls
 from apps.metering.api import urls as metering_api_urls
 from apps.pool.api import urls as pool_api_urls
+from apps.projects.api import urls as projects_api_urls
 from apps.secrets.api import urls as secrets_api_urls
 from apps.tokens.api import urls as tokens_api_urls
 
@@ -22,6 +23,7 @@ api_v1 = [
     *artifacts_api_urls.urlpatterns,
     *secrets_api_urls.urlpatterns,
     *tokens_api_urls.urlpatterns,
+    *projects_api_urls.urlpatterns,
     *agent_api_urls.urlpatterns,
 ]
 

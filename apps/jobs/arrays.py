@@ -29,12 +29,13 @@ from django.http import Http404
 from apps.artifacts.models import Upload
 from apps.core import clock
 from apps.core.choices import HOLDING, EndReason, JobState, Outcome
+from apps.projects.access import shared_q
 
 from . import signals
 from .dependencies import dependencies_store
 from .models import Job, JobArray, JobEvent
 from .selectors import jobs_of
-from .services.cancel import job_cancel
+from .services.cancel import check_canceller, job_cancel
 from .services.submit import after_submit, job_submit, spec_uploads_lock, spec_validate, unsaved_job
 from .spec import SpecError, compute_request, spec_document
 from .spend import spend_limit_enforce
@@ -76,8 +77,8 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
         spec_uploads_lock(owner, spec)  # the storage sweep cannot delete one meanwhile (issue 15)
         # One check for the whole array's worst case (SpecError if over).
         spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now)
-        first.array = JobArray.objects.create(owner=owner, name=spec.name, size=size, submitted_at=now,
-                                              spec=spec_document(spec))
+        first.array = JobArray.objects.create(owner=owner, project_id=spec._project_id, name=spec.name, size=size,
+                                              submitted_at=now, spec=spec_document(spec))
         first.array_index = 0
         first.save()
         array = first.array
@@ -155,7 +156,12 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
     (:func:`apps.jobs.state.transition_bulk`), nothing billed; tasks holding GPUs are cancelled
     one by one as :func:`apps.jobs.services.job_cancel` does (the agent stops them; the
     meter runs until the stop). No release e-mail is sent per queued task.
+
+    Raises:
+        PermissionDenied: ``by`` may see the array but not cancel it
+            (:func:`apps.jobs.services.cancel.check_canceller`).
     """
+    check_canceller(array, by)
     now = now or clock.now()
     with transaction.atomic():
         locked = JobArray.objects.select_for_update().get(pk=array.pk)
@@ -178,17 +184,18 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
 
 # --- reads -------------------------------------------------------------------
 def arrays_of(user: Any) -> QuerySet[JobArray]:
-    """The user's own arrays, newest first. Anyone else's are simply not there."""
+    """The arrays ``user`` may see (theirs and their projects'), newest first. Anyone else's are
+    simply not there."""
     if not user.is_authenticated:
         return JobArray.objects.none()
-    return JobArray.objects.filter(owner=user).order_by("-submitted_at", "-id")
+    return JobArray.objects.filter(shared_q(user)).order_by("-submitted_at", "-id")
 
 
 def array_own_or_404(user: Any, pk: int) -> JobArray:
     """``user``'s job array ``pk``, for a page or an API call about one array.
 
     Raises:
-        Http404: no such array, or someone else's (answered as if it did not exist).
+        Http404: no such array, or one ``user`` may not see (answered as if it did not exist).
     """
     array = arrays_of(user).filter(pk=pk).first()
     if array is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from apps.artifacts.models import Bundle
 from apps.jobs.models import Job
+from apps.projects.access import shared_q
 
 
 def checkpoint_path(spec: dict[str, Any]) -> str | None:
@@ -67,12 +68,12 @@ def checkpoint_versions(job: Job, *, root: str | None = None) -> list[Checkpoint
 def checkpoint_for(job: Job, *, attempt: int, rank: int) -> CheckpointVersion | None:
     """The version attempt ``attempt`` of ``job`` starts with on node rank ``rank``: the newest of an
     earlier attempt on that rank, else the newest of that rank of the job it resumes from
-    (``checkpoint.resume_from``, the same owner's), or None."""
+    (``checkpoint.resume_from``, a job its owner may see: theirs or their project's), or None."""
     own = next((v for v in checkpoint_versions(job) if v.rank == rank and v.attempt < attempt), None)
     if own is not None:
         return own
     source = (job.spec.get("checkpoint") or {}).get("resume_from")
-    earlier = Job.objects.filter(pk=source, owner_id=job.owner_id).first() if source else None
+    earlier = Job.objects.filter(shared_q(job.owner), pk=source).first() if source else None
     if earlier is None:
         return None
     return next((v for v in checkpoint_versions(earlier, root=checkpoint_path(job.spec)) if v.rank == rank), None)

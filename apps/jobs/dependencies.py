@@ -7,7 +7,7 @@ time. When an entry can no longer be met (job 41 was released failed, for ``when
 the job is released ``cancelled`` through :func:`apps.jobs.state.transition` with the reason ("job
 41 failed: its dependency can no longer be met").
 
-- :func:`after_errors`: the submit's check (only the submitter's own jobs and arrays).
+- :func:`after_errors`: the submit's check (only jobs and arrays the submitter may see).
 - :func:`dependencies_store`: the rows (:class:`~apps.jobs.models.JobDependency`) of a submit.
 - :func:`dependencies_settle`: the rule, for every queued job with dependencies (each scheduling
   cycle, through :meth:`apps.jobs.queue.DatabaseJobQueue.held_back`) or only the dependents of
@@ -26,6 +26,7 @@ from django.db.models import Count, Min, Q
 
 from apps.core import clock
 from apps.core.choices import EndReason, JobState, Outcome
+from apps.projects.access import shared_q
 
 from .models import Job, JobArray, JobDependency
 from .spec import JobSpec
@@ -37,15 +38,16 @@ _ENDED_WORDS = {Outcome.FAILED: "failed", Outcome.TIMED_OUT: "timed out", Outcom
 UNMET = "its dependency can no longer be met"
 
 
-def after_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
-    """Errors of ``spec.after``: an entry naming a job or an array that is not the owner's own
-    (or does not exist: the same words, so nobody learns another user's ids), keyed ``after[i]``.
-    Two queries at most, whatever the length."""
+def after_errors(spec: JobSpec, *, owner) -> dict[str, list[str]]:
+    """Errors of ``spec.after``: an entry naming a job or an array that ``owner`` may not see (theirs
+    or their projects', :func:`apps.projects.access.shared_q`), or that does not exist (the same
+    words, so nobody learns another user's ids), keyed ``after[i]``. Two queries at most, whatever
+    the length."""
     jobs = {item.job for item in spec.after if item.job is not None}
     arrays = {item.array for item in spec.after if item.array is not None}
-    own_jobs = set(Job.objects.filter(owner_id=owner_id, pk__in=jobs).values_list("pk", flat=True)) if jobs else set()
-    own_arrays = set(JobArray.objects.filter(owner_id=owner_id, pk__in=arrays).values_list("pk", flat=True)) \
-        if arrays else set()
+    seen = shared_q(owner)
+    own_jobs = set(Job.objects.filter(seen, pk__in=jobs).values_list("pk", flat=True)) if jobs else set()
+    own_arrays = set(JobArray.objects.filter(seen, pk__in=arrays).values_list("pk", flat=True)) if arrays else set()
     errors: dict[str, list[str]] = {}
     for index, item in enumerate(spec.after):
         if item.job is not None and item.job not in own_jobs:

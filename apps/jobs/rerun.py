@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from apps.artifacts.models import Upload
+from apps.projects.access import Action, may, refusal, role_of
 
 from .models import Job
 from .services.submit import job_submit
@@ -49,7 +50,8 @@ def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser) -> dic
 
 
 def job_rerun(*, job: Job, by: AbstractBaseUser, resume: bool = False) -> Job:
-    """Submit a new job with ``job``'s spec and uploads, owned by ``by`` (who must own ``job``);
+    """Submit a new job with ``job``'s spec and uploads, owned by ``by`` (who owns ``job`` or may submit
+    to its project: a teammate re-runs into the same project);
     with ``resume``, its first attempt starts with ``job``'s newest kept checkpoint
     (``checkpoint.resume_from``, SPEC §2).
 
@@ -57,14 +59,18 @@ def job_rerun(*, job: Job, by: AbstractBaseUser, resume: bool = False) -> Job:
     the time limit maximum, the monthly spend limit. The original job is not changed.
 
     Raises:
-        PermissionDenied: ``by`` does not own ``job`` (the API answers 404 before this).
+        PermissionDenied: ``by`` neither owns ``job`` nor may submit to its project (a viewer; a
+            stranger gets 404 from the API before this).
         SpecError: an uploaded input is no longer kept (``{"data[i].source": [...]}``), ``resume``
             of a job whose spec names no checkpoint (``{"resume": [...]}``), or the spec no longer
             passes a submit's checks (same errors as a submit).
     """
-    if job.owner_id != by.pk:
-        raise PermissionDenied("only the owner of a job can run it again")
+    if job.owner_id != by.pk and not may(by, job.project_id, Action.SUBMIT):
+        raise PermissionDenied(refusal(job.project.name if job.project_id else "~" + job.owner.get_username(),
+                                       role_of(by, job.project_id), Action.SUBMIT))
     document = rerun_document(job)
+    if job.project_id and not job.project.is_personal:
+        document["project"] = job.project.name  # a teammate's re-run stays in the project
     if resume:
         if not document.get("checkpoint"):
             raise SpecError({"resume": [f"Job {job.pk} names no checkpoint.path: there is nothing to resume from."]})

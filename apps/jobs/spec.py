@@ -21,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -306,10 +307,11 @@ class AfterItem(_Strict):
 
 
 class JobSpec(_Strict):
-    """A validated spec: name, work, data, compute, output, ``retry``, ``checkpoint``, ``array``
-    and ``after`` (SPEC §2)."""
+    """A validated spec: name, ``project``, work, data, compute, output, ``retry``, ``checkpoint``,
+    ``array`` and ``after`` (SPEC §2, §8)."""
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+    project: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None  # SPEC §8; None: personal
     work: WorkSpec
     data: list[DataItem] = Field(default_factory=list, max_length=MAX_DATA)
     compute: ComputeSpec
@@ -319,6 +321,8 @@ class JobSpec(_Strict):
     array: StrictInt | None = None  # N tasks, each a job with E31_ARRAY_INDEX 0..N-1 (apps.jobs.arrays)
     # jobs or arrays this job waits for (apps.jobs.dependencies)
     after: list[AfterItem] = Field(default_factory=list, max_length=MAX_AFTER)
+    # The project the submit resolved ``project`` to (apps.jobs.services.submit.spec_validate); not a field.
+    _project_id: int | None = PrivateAttr(default=None)
 
     @field_validator("after")
     @classmethod
@@ -348,11 +352,13 @@ class JobSpec(_Strict):
 
 def spec_document(spec: JobSpec, *, exclude: set[str] | None = None) -> dict[str, Any]:
     """The stored (JSON) form of a validated spec: ``work.secrets``, ``data[i].credentials``,
-    ``compute.mixed_models`` and ``after`` are left out when unused, so a spec that names none reads
+    ``compute.mixed_models``, ``project`` and ``after`` are left out when unused, so a spec that names none reads
     as it did before they existed; an ``after`` entry keeps ``job`` or ``array``, the one it names."""
     document = spec.model_dump(mode="json", exclude=exclude)
     if not document.get("after"):
         document.pop("after", None)
+    if document.get("project") is None:
+        document.pop("project", None)
     for item in document.get("after") or []:
         for key in ("job", "array"):
             if item.get(key) is None:

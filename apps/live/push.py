@@ -39,6 +39,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from apps.jobs.models import Job
+from apps.projects.models import Membership
 
 from . import seq as live_seq
 
@@ -58,6 +59,18 @@ def job_group(job_id: int) -> str:
 def user_group(user_id: int) -> str:
     """Channel-layer group of every live socket of user ``user_id``."""
     return f"user-{user_id}"
+
+
+def project_group(project_id: int) -> str:
+    """Channel-layer group of the live "My jobs" and job pages of a shared project's members: the
+    owner's user group's messages about the project's jobs go here too (SPEC §8)."""
+    return f"project-{project_id}"
+
+
+def shared_project_ids(user_id: int) -> list[int]:
+    """The ids of the shared (not personal) projects user ``user_id`` is a member of."""
+    return list(Membership.objects.filter(user_id=user_id, project__personal_of__isnull=True)
+                .values_list("project_id", flat=True))
 
 
 POOL_GROUP = "pool"
@@ -124,25 +137,28 @@ def job_changed(job_id: int, owner_id: int | None = None) -> None:
     lookup when the caller has it.
     """
     def send() -> None:
-        owner = owner_id
-        if owner is None:
-            owner = Job.objects.filter(pk=job_id).values_list("owner_id", flat=True).first()
-            if owner is None:
-                return
-        jobs_changed(owner, [job_id])
+        row = Job.objects.filter(pk=job_id).values_list("owner_id", "project_id", "project__personal_of_id").first()
+        if row is None:
+            return
+        owner, project, personal_of = row
+        jobs_changed(owner_id or owner, [job_id], project_id=project if personal_of is None else None)
 
     _once_on_commit(f"job-{job_id}", send)
 
 
-def jobs_changed(owner_id: int, job_ids: Iterable[int] | None) -> None:
-    """Tell user ``owner_id``'s live pages that ``job_ids`` changed (None: any queued job of theirs).
+def jobs_changed(owner_id: int, job_ids: Iterable[int] | None, *, project_id: int | None = None) -> None:
+    """Tell user ``owner_id``'s live pages that ``job_ids`` changed (None: any queued job of theirs),
+    and those of shared project ``project_id``'s members when given.
 
     Sends at once (call it after the commit, or let the helpers above do it).
     """
     ids = None if job_ids is None else sorted(set(job_ids))
     if ids is not None and len(ids) > MAX_JOB_IDS:
         ids = None
-    publish(user_group(owner_id), {"page": "user", "id": owner_id, "jobs": ids})
+    message = {"page": "user", "id": owner_id, "jobs": ids}
+    publish(user_group(owner_id), message)
+    if project_id is not None:
+        publish(project_group(project_id), message)
 
 
 def pool_changed() -> None:

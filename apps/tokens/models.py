@@ -25,6 +25,10 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True,
                                         help_text="When it last authenticated a request (to the minute), or never.")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="service_tokens", help_text=(
+                                    "Set on a service token (issue 25 item 5): it acts for this project through "
+                                    "its own bot user (``user``), a member with the token's role."))
 
     class Meta:
         ordering = ["-created_at"]

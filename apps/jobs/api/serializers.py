@@ -13,6 +13,7 @@ from ..arrays import array_counts
 from ..checkpoints import checkpoint_versions
 from ..models import Job, JobArray, JobEvent
 from ..prestage import staging_progress
+from ..selectors import project_name
 from ..services.outputs import output_warnings, outputs_unmatched
 
 
@@ -44,6 +45,9 @@ class JobSerializer(serializers.ModelSerializer):
     outputs_unmatched = serializers.SerializerMethodField()
     warnings = serializers.SerializerMethodField()
     checkpoints = serializers.SerializerMethodField()
+    project = serializers.SerializerMethodField()
+    owner = serializers.CharField(source="owner.username", read_only=True,
+                                  help_text="Who submitted it (a project's members see each other's jobs).")
 
     class Meta:
         model = Job
@@ -53,8 +57,12 @@ class JobSerializer(serializers.ModelSerializer):
             "submitted_at", "rented_at", "run_started_at", "run_ended_at", "released_at",
             "exit_code", "attempts", "max_attempts", "billed_seconds", "cost", "bundle",
             "log_size", "cancel_requested_at", "staging", "array_id", "array_index",
-            "outputs_unmatched", "warnings", "checkpoints",
+            "outputs_unmatched", "warnings", "checkpoints", "project", "owner",
         ]
+
+    def get_project(self, job: Job) -> str:
+        """The project's name (SPEC §8); ``~username`` for the owner's personal project."""
+        return project_name(job)
 
     def get_outputs_unmatched(self, job: Job) -> list[str]:
         """Declared output paths/globs that matched no file when the latest attempt packed

@@ -30,7 +30,7 @@ from ..arrays import (
 )
 from ..logquery import LogQueryError, log_query_parse
 from ..rerun import job_rerun
-from ..selectors import job_own_or_404, jobs_of
+from ..selectors import job_own_or_404, jobs_in_project, jobs_of
 from ..services.cancel import BulkCancelError, CancelEffect, bulk_ids_parse, job_cancel_effect, jobs_cancel_bulk
 from ..services.logs import log_bytes, log_lines, log_page_json
 from ..spec import SpecError, load_yaml
@@ -78,7 +78,11 @@ class JobListCreateView(generics.ListAPIView):
         return {**super().get_serializer_context(), "listed": True}  # no manifest inlined (files_url)
 
     def get_queryset(self):
-        qs = jobs_of(self.request.user).prefetch_related("leases", Prefetch("bundles", bundles_for_lists()))
+        qs = jobs_of(self.request.user).select_related("project", "owner").prefetch_related(
+            "leases", Prefetch("bundles", bundles_for_lists()))
+        project = self.request.query_params.get("project")
+        if project:  # every member's jobs of one of my projects (~me: my personal one); another: none
+            qs = jobs_in_project(qs, self.request.user, project)
         state = self.request.query_params.get("state")
         if state:
             if state not in JobState.values:
@@ -94,6 +98,7 @@ class JobListCreateView(generics.ListAPIView):
                  "multipart/form-data": OpenApiTypes.OBJECT},
         responses={201: JobSerializer},
         parameters=[OpenApiParameter("array", int, description="GET: only the tasks of this job array, by index"),
+                    OpenApiParameter("project", str, description="GET: only the jobs of this project (SPEC §8)"),
                     OpenApiParameter("dry_run", bool, description="1: validate and price only (worst case, "
                                                                   "spend limit); nothing is created (200)")],
         description="Submit a spec (SPEC §2) as JSON, YAML, or multipart with a `spec` field "

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from apps.core import clock
@@ -14,6 +15,7 @@ from apps.core.choices import EndReason, JobState, Outcome
 from apps.jobs.models import Job
 from apps.jobs.state import event_add, transition
 from apps.pool.notify import node_wake
+from apps.projects.access import Action, may_cancel, refusal, role_of, shared_q
 
 
 class CancelEffect(StrEnum):
@@ -40,8 +42,14 @@ def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None,
     SIGKILL after the grace period), packs what outputs exist and reports;
     the meter runs until the stop. A cancel is final: the job is never
     requeued after it, even if its node is lost (:func:`apps.jobs.services.recovery.jobs_handle_node_loss`).
-    ``now`` stamps the cancel (default :func:`apps.core.clock.now`).
+    ``now`` stamps the cancel (default :func:`apps.core.clock.now`). A cancel by a user other than
+    the owner (a project's admin or owner) names them in the job's events.
+
+    Raises:
+        PermissionDenied: ``by`` may see the job but not cancel it (a viewer, or a member cancelling
+            a teammate's job), with :func:`apps.projects.access.refusal`'s words.
     """
+    by_other = check_canceller(job, by)
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.state == JobState.RELEASED:
         return job, CancelEffect.ALREADY_RELEASED
@@ -49,15 +57,26 @@ def job_cancel_effect(*, job: Job, by: AbstractBaseUser | None = None,
         return job, CancelEffect.ALREADY_STOPPING
     now = now or clock.now()
     if job.state == JobState.QUEUED:
-        job = transition(job, JobState.RELEASED, detail="cancelled while queued", now=now,
+        job = transition(job, JobState.RELEASED, detail="cancelled while queued" + by_other, now=now,
                          outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED, cancel_requested_at=now)
         return job, CancelEffect.RELEASED
     Job.objects.filter(pk=job.pk).update(cancel_requested_at=now)
     job.cancel_requested_at = now
-    event_add(job, detail="cancel requested", at=now)
+    event_add(job, detail="cancel requested" + by_other, at=now)
     for node_id in job.leases.filter(attempt=job.attempt, released_at__isnull=True).values_list("node_id", flat=True):
         node_wake(node_id)
     return job, CancelEffect.STOPPING
+
+
+def check_canceller(job, by: AbstractBaseUser | None) -> str:
+    """" by USER" when ``by`` is a user other than the owner who may cancel ``job``, "" for the owner
+    or the system (``by`` None); raises PermissionDenied otherwise. ``job`` may be a job array."""
+    if by is None or by.pk == job.owner_id:
+        return ""
+    if not may_cancel(by, job):
+        project = job.project.name if job.project_id else f"~{job.owner.get_username()}"
+        raise PermissionDenied(refusal(project, role_of(by, job.project_id), Action.CANCEL_ANY))
+    return f" by {by.get_username()}"
 
 
 BULK_CANCEL_MAX = 500  # ids in one bulk cancel (ten pages of "My jobs")
@@ -107,14 +126,17 @@ def bulk_ids_parse(values: Iterable[object]) -> list[int]:
 
 
 def jobs_cancel_bulk(*, owner: AbstractBaseUser, ids: Iterable[int]) -> BulkCancelled:
-    """Cancel those of ``ids`` that are ``owner``'s jobs, each as :func:`job_cancel_effect` does
+    """Cancel those of ``ids`` that ``owner`` may cancel (theirs, and any job of a project where they
+    are an admin or owner), each as :func:`job_cancel_effect` does
     (its own transaction: queued jobs released at once, running ones stopped by their agent,
     each one's release e-mail and live row as for a single cancel). Idempotent.
 
-    Ids of other users' jobs, or of no job, are skipped without a trace.
+    Ids of jobs ``owner`` may not cancel, or of no job, are skipped without a trace.
     """
     released = stopping = already = 0
-    for job in Job.objects.filter(owner=owner, pk__in=list(ids)).order_by("pk"):
+    for job in Job.objects.filter(shared_q(owner), pk__in=list(ids)).order_by("pk"):
+        if not may_cancel(owner, job):
+            continue
         _, effect = job_cancel_effect(job=job, by=owner)
         if effect == CancelEffect.RELEASED:
             released += 1

@@ -26,6 +26,8 @@ from apps.jobs.spec import JobSpec, SpecError, compute_request, parse_spec, requ
 from apps.jobs.spend import spend_limit_enforce
 from apps.pool import signals as pool_signals
 from apps.pool.selectors import scheme_readers
+from apps.projects.access import shared_q
+from apps.projects.services import ProjectError, submit_project
 from apps.scheduling.adapter import gang_refusal, pool_refusal
 from apps.scheduling.core import job_request
 from apps.scheduling.tasks import enqueue_schedule_cycle
@@ -39,7 +41,8 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
 
     ``upload:<name>`` naming one of ``attachments`` (files sent with the same
     submission) is rewritten to ``upload:<id>``; ``upload:<id>`` must be one
-    of the owner's own uploads.
+    of the owner's own uploads. ``project`` (default: the owner's personal project, or a service
+    token's own) must be one where the owner may submit (:func:`apps.projects.services.submit_project`).
 
     Raises:
         SpecError: field errors, keyed by field path.
@@ -48,6 +51,10 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
                       retention_days_max=settings.E31_RETENTION_DAYS_MAX)
     errors: dict[str, list[str]] = {}
     attachments = attachments or {}
+    try:
+        spec._project_id = submit_project(owner, spec.project).pk
+    except ProjectError as e:
+        errors["project"] = [e.message]
     for i, item in enumerate(spec.data):
         if item.source.startswith("upload:"):
             ref = item.source[len("upload:"):]
@@ -65,9 +72,9 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
                 "use https:// or an upload, or ask the operator."]
     errors.update(secret_ref_errors(spec, owner_id=owner.pk))
     resume = spec.checkpoint.resume_from if spec.checkpoint else None
-    if resume is not None and not Job.objects.filter(pk=resume, owner=owner).exists():
+    if resume is not None and not Job.objects.filter(shared_q(owner), pk=resume).exists():
         errors["checkpoint.resume_from"] = [f"You have no job {resume} to resume from."]
-    errors.update(after_errors(spec, owner_id=owner.pk))
+    errors.update(after_errors(spec, owner=owner))
     if not errors:
         job = unsaved_job(spec, owner)
         request = job_request(job, job_id=0, account=job.owner_id, submitted_at_s=0.0)  # not saved: no id
@@ -99,7 +106,7 @@ def unsaved_job(spec: JobSpec, owner: AbstractBaseUser, *, now: datetime | None 
     (default :func:`apps.core.clock.now`), not saved (a submit saves it; :func:`spec_validate` and an
     array's submit use it as it is)."""
     document = spec_document(spec)
-    return Job(owner=owner, name=spec.name, spec=document, kind=spec.work.kind,
+    return Job(owner=owner, project_id=spec._project_id, name=spec.name, spec=document, kind=spec.work.kind,
                gpus_per_node=spec.compute.gpus, nodes=spec.compute.nodes,
                time_limit_s=spec.compute.time_limit_s, submitted_at=now or clock.now(),
                max_attempts=retry_attempts(document), **requirement_columns(document))

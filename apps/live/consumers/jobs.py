@@ -9,7 +9,7 @@ from __future__ import annotations
 from apps.jobs.arrays import jobs_grouped_of
 from apps.jobs.selectors import jobs_of
 from apps.live.consumers.base import LiveConsumer
-from apps.live.push import job_group, user_group
+from apps.live.push import job_group, project_group, shared_project_ids, user_group
 from apps.web.jobs.fragments import render_job_fragments, render_row, stamp_ms
 
 LIST_SNAPSHOT_ROWS = 50  # the first page of "My jobs" (apps.web.jobs.views.JOBS_PER_PAGE)
@@ -19,10 +19,15 @@ class JobConsumer(LiveConsumer):
     """``/ws/jobs/<id>/``: the owner's job page. Anyone else's id is refused with no data."""
 
     def groups_for(self, user, pk: str) -> list[str] | None:
-        if not jobs_of(user).filter(pk=int(pk)).exists():
+        job = jobs_of(user).filter(pk=int(pk)).values("owner_id", "project_id", "project__personal_of_id").first()
+        if job is None:
             return None
-        # The user group brings every change of the user's jobs (this one's included).
-        return [job_group(int(pk)), user_group(user.pk)]
+        # The user group brings every change of the user's jobs (this one's included); a teammate's
+        # job's changes come through its project's group.
+        groups = [job_group(int(pk)), user_group(user.pk)]
+        if job["owner_id"] != user.pk and job["project_id"] and job["project__personal_of_id"] is None:
+            groups.append(project_group(job["project_id"]))
+        return groups
 
     def snapshot(self, user, pk: str) -> str:
         stamp = stamp_ms()
@@ -44,7 +49,7 @@ class JobListConsumer(LiveConsumer):
     """``/ws/jobs/``: every row of the user's "My jobs"."""
 
     def groups_for(self, user) -> list[str] | None:
-        return [user_group(user.pk)]
+        return [user_group(user.pk), *(project_group(p) for p in shared_project_ids(user.pk))]
 
     def snapshot(self, user) -> str:
         stamp = stamp_ms()

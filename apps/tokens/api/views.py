@@ -12,7 +12,10 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.projects.api.views import api_error, project_or_error
+from apps.projects.services import ProjectError
 from apps.tokens.models import NAME_MAX, ApiToken
+from apps.tokens.service_tokens import service_token_create, service_token_revoke, service_token_role, service_tokens
 from apps.tokens.services import token_create, token_list, token_revoke
 
 
@@ -83,3 +86,62 @@ class TokenDetailView(APIView):
         except ApiToken.DoesNotExist:
             raise NotFound("You have no token of that id.") from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ServiceTokenIn(serializers.Serializer):
+    name = TextField(max_length=NAME_MAX, required=False, allow_blank=True, default="",
+                     help_text="What the token is for, e.g. \"ci\" (at most 100 characters).")
+    role = TextField(help_text="The role it acts with: admin, member or viewer.")
+
+
+class ServiceTokenOut(serializers.Serializer):
+    name = serializers.CharField()
+    prefix = serializers.CharField(help_text="The key's first 8 characters, to tell tokens apart.")
+    role = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+
+def service_token_out(token: ApiToken) -> dict:
+    return {"name": token.name, "prefix": token.prefix, "role": service_token_role(token),
+            "created_at": token.created_at, "last_used_at": token.last_used_at}
+
+
+class ServiceTokenListView(APIView):
+    """``/api/v1/projects/{name}/tokens/`` (SPEC §8): a project's service tokens."""
+
+    @extend_schema(responses=inline_serializer("ServiceTokenList", {"results": ServiceTokenOut(many=True)}))
+    def get(self, request, name: str):
+        project = project_or_error(request, name)
+        try:
+            tokens = service_tokens(actor=request.user, project=project)
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response({"results": [service_token_out(t) for t in tokens]})
+
+    @extend_schema(request=ServiceTokenIn, responses={201: ServiceTokenOut})
+    def post(self, request, name: str):
+        """A new service token (owners only); its ``key`` is in this answer only."""
+        project = project_or_error(request, name)
+        data = ServiceTokenIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            token, key = service_token_create(actor=request.user, project=project, **data.validated_data)
+        except ProjectError as e:
+            raise api_error(e) from None
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
+        return Response({**service_token_out(token), "key": key}, status=status.HTTP_201_CREATED,
+                        headers={"Cache-Control": "no-store"})
+
+
+class ServiceTokenDetailView(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request, name: str, prefix: str):
+        """Revoke the project's token ``prefix`` at once (owners only)."""
+        project = project_or_error(request, name)
+        try:
+            service_token_revoke(actor=request.user, project=project, prefix=prefix)
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(status=204)

@@ -28,6 +28,7 @@ from apps.jobs.examples import example_attachments, example_names, example_yaml
 from apps.jobs.models import Job
 from apps.jobs.rerun import rerun_document, uploads_missing
 from apps.jobs.spec import SpecError, load_yaml, spec_to_yaml
+from apps.projects.services import submit_choices
 from apps.secrets.services import secret_list
 
 DATA_ROWS = 3
@@ -105,7 +106,7 @@ DataRowFormSet = forms.formset_factory(DataRowForm, extra=DATA_ROWS, max_num=DAT
 
 # Where each spec field is typed in the form; ``data[i].x`` goes to row i.
 FIELD_OF_PATH = {
-    "name": "name",
+    "name": "name", "project": "project",
     "work.command": "command", "work.kind": "kind", "work.env": "env", "work.image": "image",
     "work.secrets": "secrets", "work.image_credentials": "image_credentials",
     "compute.gpus": "gpus", "compute.nodes": "nodes", "compute.gpu_model": "gpu_model",
@@ -146,6 +147,8 @@ class JobForm(forms.Form):
                               widget=_code(2, "python train.py --epochs 3"),
                               help_text="Run by /bin/sh in the job directory.")
     kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.OTHER, label="Kind")
+    project = forms.ChoiceField(required=False, label="Project", help_text=(
+        "Who it belongs to: its members see it, its budget pays for it (SPEC §8)."))
     env = forms.CharField(required=False, label="Environment", strip=False,
                           widget=_code(3, "SEED=1"), help_text="One KEY=VALUE per line.")
     secrets = forms.MultipleChoiceField(
@@ -219,6 +222,9 @@ class JobForm(forms.Form):
         # pick by name: the owner's own secrets only (issue 23); values are never read here
         self.secret_names = [s.name for s in secret_list(owner=owner)]
         self.fields["secrets"].choices = [(name, name) for name in self.secret_names]
+        self.fields["project"].choices = submit_choices(owner)
+        if len(self.fields["project"].choices) <= 1:  # only the personal one: nothing to pick
+            self.fields["project"].widget = forms.HiddenInput()
         self.rows = DataRowFormSet(data, files, prefix="data")
         self.kept: list[Upload] = []  # files already stored, offered again after an error
         self.section_errors: dict[str, list[str]] = {}
@@ -316,6 +322,8 @@ class JobForm(forms.Form):
             output["retention_days"] = _number_or_text(cd["retention_days"])
         self.document = {"name": cd["name"], "work": work, "data": data, "compute": compute,
                          "output": output}
+        if cd["project"] and not cd["project"].startswith("~"):
+            self.document["project"] = cd["project"]
         if cd["array"].strip():
             self.document["array"] = _number_or_text(cd["array"])
         if cd["retry_attempts"].strip() or cd["retry_on"]:

@@ -37,6 +37,7 @@ from apps.jobs.services.logs import log_lines
 from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
+from apps.projects.services import projects_of
 from apps.web.jobs.forms import JobForm, edit_job_form, new_job_form
 from apps.web.jobs.fragments import (
     array_row_context,
@@ -58,8 +59,9 @@ CANCELLABLE_STATES = (JobState.QUEUED, JobState.RENTED, JobState.RUNNING, JobSta
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    """My jobs, newest first, 50 a page; ``?q=`` (a part of the name), ``?state=``, ``?outcome=``
-    narrow it (:func:`apps.jobs.selectors.jobs_search`) and list arrays' tasks one by one."""
+    """My jobs (and my projects' jobs), newest first, 50 a page; ``?q=`` (a part of the name),
+    ``?state=``, ``?outcome=``, ``?project=`` narrow it (:func:`apps.jobs.selectors.jobs_search`)
+    and list arrays' tasks one by one."""
     flt = job_filter_parse(request.GET)
     # narrowed: every job on its own; all: an array is one row (apps.jobs.arrays)
     jobs = jobs_search(request.user, flt) if flt.active else jobs_grouped_of(request.user)
@@ -76,6 +78,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/list.html", {
         "section": "jobs", "page": page, "filter": flt, "state": flt.state, "states": JobState.choices,
         "outcomes": Outcome.choices, "filter_query": urlencode(flt.params()),
+        "projects": [p.name for p, _ in projects_of(request.user)],
         # live rows that are new: any on page 1 of all jobs, or of one state; none under a search
         "new_rows": "" if page.number != 1 or flt.q or flt.outcome else (flt.state or "any"),
         "examples": example_names(),

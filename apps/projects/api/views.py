@@ -1,0 +1,126 @@
+"""``/api/v1/projects/`` (SPEC §8): a user's projects, making one, and its members. The wire only:
+every rule is :mod:`apps.projects.services` and :mod:`apps.projects.access`."""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..access import role_of
+from ..models import Membership, Project, Role
+from ..services import (
+    ProjectError,
+    member_add,
+    member_remove,
+    member_set_role,
+    members_of,
+    project_create,
+    project_for,
+    projects_of,
+)
+
+
+class ProjectOut(serializers.Serializer):
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices, help_text="The caller's role in it.")
+    personal = serializers.BooleanField(help_text="The caller's personal project (~username), the default.")
+    members = serializers.IntegerField()
+
+
+class MemberOut(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+def project_out(project: Project, role: str) -> dict:
+    return {"name": project.name, "role": role, "personal": project.is_personal,
+            "members": project.memberships.count()}
+
+
+def member_out(m: Membership) -> dict:
+    return {"username": m.user.username, "role": m.role}
+
+
+def api_error(e: ProjectError) -> APIException:
+    """The API's answer to a refused change: 404/403 with ``detail``, else 400 naming the field."""
+    if e.status == 404:
+        return NotFound(e.message)
+    if e.status == 403:
+        return PermissionDenied(e.message)
+    return ValidationError({e.field: [e.message]})
+
+
+def _body(request) -> dict:
+    return request.data if hasattr(request.data, "get") else {}
+
+
+def project_or_error(request, name: str) -> Project:
+    """Project ``name`` as the caller sees it; a stranger gets NotFound."""
+    try:
+        return project_for(request.user, name)
+    except ProjectError as e:
+        raise api_error(e) from None
+
+
+class ProjectListView(APIView):
+    @extend_schema(responses=inline_serializer("ProjectList", {"results": ProjectOut(many=True)}))
+    def get(self, request):
+        return Response({"results": [project_out(p, r) for p, r in projects_of(request.user)]})
+
+    @extend_schema(request=inline_serializer("ProjectIn", {"name": serializers.CharField()}),
+                   responses={201: ProjectOut})
+    def post(self, request):
+        try:
+            project = project_create(owner=request.user, name=_body(request).get("name"))
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(project_out(project, Role.OWNER), status=201)
+
+
+class ProjectDetailView(APIView):
+    @extend_schema(responses=ProjectOut)
+    def get(self, request, name: str):
+        project = project_or_error(request, name)
+        return Response(project_out(project, role_of(request.user, project)))
+
+
+class MemberListView(APIView):
+    @extend_schema(responses=inline_serializer("MemberList", {"results": MemberOut(many=True)}))
+    def get(self, request, name: str):
+        project = project_or_error(request, name)
+        return Response({"results": [member_out(m) for m in members_of(actor=request.user, project=project)]})
+
+    @extend_schema(request=inline_serializer("MemberIn", {"username": serializers.CharField(),
+                                                          "role": serializers.CharField()}),
+                   responses={201: MemberOut})
+    def post(self, request, name: str):
+        project, body = project_or_error(request, name), _body(request)
+        try:
+            m = member_add(actor=request.user, project=project, who=body.get("username"),
+                           role=body.get("role", Role.MEMBER))
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(member_out(m), status=201)
+
+
+class MemberDetailView(APIView):
+    @extend_schema(request=inline_serializer("MemberRole", {"role": serializers.CharField()}), responses=MemberOut)
+    def patch(self, request, name: str, username: str):
+        project = project_or_error(request, name)
+        try:
+            m = member_set_role(actor=request.user, project=project, username=username,
+                                role=_body(request).get("role"))
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(member_out(m))
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, name: str, username: str):
+        project = project_or_error(request, name)
+        try:
+            member_remove(actor=request.user, project=project, username=username)
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(status=204)
