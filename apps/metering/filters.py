@@ -13,7 +13,7 @@ from apps.core.choices import EndReason, Outcome
 from .accounts import user_tz
 from .days import local_midnight, validate_day
 from .models import Lease
-from .selectors import leases_overlapping, with_line_fields
+from .selectors import leases_overlapping, usage_base, with_line_fields
 from .statements import Period
 
 RUNNING = "running"
@@ -93,13 +93,14 @@ UsageFilter.base_filters = {
 }
 
 
-def usage_filtered(*, user, query: Mapping[str, str]) -> tuple[UsageFilter, list[Lease]]:
-    """``user``'s own leases through the usage filters of ``query`` (a request's GET), newest first,
+def usage_filtered(*, user, query: Mapping[str, str], project=None) -> tuple[UsageFilter, list[Lease]]:
+    """``user``'s own leases (``project``'s, every member's: :func:`apps.metering.selectors.usage_base`)
+    through the usage filters of ``query`` (a request's GET), newest first,
     with what a statement line shows (:func:`apps.metering.selectors.with_line_fields`), and the
     filter (its form carries the errors). Days are ``user``'s local days. Filters that do not
     validate select nothing (the page shows their errors).
     """
-    own = Lease.objects.filter(job__owner=user)
+    own = usage_base(user=user, project=project)
     usage_filter = UsageFilter(query or None, queryset=own, tz=user_tz(user))
     leases = usage_filter.qs if usage_filter.is_bound and usage_filter.is_valid() else own
     if usage_filter.is_bound and not usage_filter.is_valid():

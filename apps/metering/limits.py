@@ -18,11 +18,13 @@ stopped by it.
 """
 from __future__ import annotations
 
+import zoneinfo
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, F
 
 from apps.core import clock
@@ -56,6 +58,7 @@ class SpendCheck:
     spent: Decimal
     committed: Decimal
     month_start: datetime
+    project: str = ""  # a project's limit (SPEC §8): its name; "": the account's
 
     @property
     def left(self) -> Decimal | None:
@@ -78,20 +81,23 @@ class SpendCheck:
         """The refusal in words, with the shortfall (empty when the job fits)."""
         if self.fits:
             return ""
-        return (f"Its worst case, ${_cents(self.worst_case)}, exceeds what is left of your monthly spend limit "
+        whose, raise_it = ("your", "raise the limit (your own in Settings; an operator sets theirs)")
+        if self.project:
+            whose, raise_it = (f"project {self.project}'s", "ask its owner (budget) or an operator (limit) to raise it")
+        return (f"Its worst case, ${_cents(self.worst_case)}, exceeds what is left of {whose} monthly spend limit "
                 f"(${_cents(self.left)} of ${_cents(self.limit)} this month) by ${self.shortfall}: "
-                "lower the time limit or the GPUs, or raise the limit (your own in Settings; an operator sets theirs).")
+                f"lower the time limit or the GPUs, or {raise_it}.")
 
 
 def _cents(amount: Decimal | None) -> str:
     return f"{(amount or Decimal(0)).quantize(billing.CENT):,}"
 
 
-def _queued_committed(owner_id: int, now: datetime, table: list[dict[str, Any]] | None) -> Decimal:
-    """The worst case of the account's queued jobs: one aggregate query over the jobs' typed columns
-    (jobs with one request, e.g. the tasks of an array, are priced once and counted), the pool
-    and rates read once."""
-    groups = list(Job.objects.filter(owner_id=owner_id, state=JobState.QUEUED)
+def _queued_committed(scope: dict[str, int], now: datetime, table: list[dict[str, Any]] | None) -> Decimal:
+    """The worst case of the account's (or project's: ``scope`` is ``{"owner_id": ...}`` or
+    ``{"project_id": ...}``) queued jobs: one aggregate query over the jobs' typed columns (jobs with
+    one request, e.g. the tasks of an array, are priced once and counted), the pool and rates read once."""
+    groups = list(Job.objects.filter(**scope, state=JobState.QUEUED)
                   .values("gpu_models", "gpus_per_node", "nodes", "time_limit_s").annotate(n=Count("id")).order_by())
     if not groups:
         return Decimal(0)
@@ -104,19 +110,20 @@ def _queued_committed(owner_id: int, now: datetime, table: list[dict[str, Any]] 
     return total
 
 
-def _held_committed(owner_id: int, now: datetime) -> Decimal:
-    """What the account's runs going on may still cost: each open-run lease of a job's current attempt,
-    its whole worst case less its price so far (:func:`apps.metering.pricing.lease_price`)."""
+def _held_committed(scope: dict[str, int], now: datetime) -> Decimal:
+    """What the account's (project's) runs going on may still cost: each open-run lease of a job's
+    current attempt, its whole worst case less its price so far (:func:`apps.metering.pricing.lease_price`)."""
     total = Decimal(0)
-    for lease in Lease.objects.filter(job__owner_id=owner_id, job__state__in=HOLDING_STATES,
+    jobs = {f"job__{k}": v for k, v in scope.items()}
+    for lease in Lease.objects.filter(**jobs, job__state__in=HOLDING_STATES,
                                       attempt=F("job__attempt"), run_ended_at__isnull=True):
         whole = billing.worst_case_cost(lease.time_limit_s, lease.gpu_count, lease.rate_per_gpu_hour)
         total += max(Decimal(0), whole - (lease_price(lease, now).cost or Decimal(0)))
     return total
 
 
-def _committed(owner, now: datetime, table: list[dict[str, Any]] | None = None) -> Decimal:
-    return _queued_committed(owner.pk, now, table) + _held_committed(owner.pk, now)
+def _committed(scope: dict[str, int], now: datetime, table: list[dict[str, Any]] | None = None) -> Decimal:
+    return _queued_committed(scope, now, table) + _held_committed(scope, now)
 
 
 def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figures: bool = False,
@@ -136,13 +143,42 @@ def spend_check(*, owner, worst_case: Decimal, now: datetime | None = None, figu
     limit = profile.effective_spend_limit
     if limit is None and not figures:
         return SpendCheck(worst_case, None, Decimal(0), Decimal(0), start)
-    return SpendCheck(worst_case, limit, month_spent(owner, start, end, now), _committed(owner, now, table), start)
+    scope = {"owner_id": owner.pk}
+    return SpendCheck(worst_case, limit, month_spent(owner, start, end, now), _committed(scope, now, table), start)
+
+
+def project_limit(project) -> Decimal | None:
+    """A project's effective monthly limit: the lower of the operator's ``spend_limit`` and the
+    owner's ``budget`` (USD), or None when neither is set."""
+    limits = [x for x in (project.spend_limit, project.budget) if x is not None]
+    return min(limits) if limits else None
+
+
+def project_spend_check(*, project, worst_case: Decimal, now: datetime | None = None,
+                        table: list[dict[str, Any]] | None = None) -> SpendCheck:
+    """Where a new job of ``worst_case`` USD stands against ``project``'s monthly limit
+    (:func:`project_limit`; the month in the site's time zone): every member's jobs of the project
+    count, spent and committed as for an account (:func:`spend_check`). Reads only."""
+    now = now or clock.now()
+    tz = zoneinfo.ZoneInfo(settings.TIME_ZONE)
+    start, end = month_start(now, tz), next_month_start(now, tz)
+    limit = project_limit(project)
+    if limit is None:
+        return SpendCheck(worst_case, None, Decimal(0), Decimal(0), start, project.name)
+    scope = {"project_id": project.pk}
+    return SpendCheck(worst_case, limit, _month_spent_of(scope, start, end, now), _committed(scope, now, table),
+                      start, project.name)
 
 
 def month_spent(owner, start: datetime, end: datetime, now: datetime) -> Decimal:
     """What ``owner``'s charged leases cost in ``[start, end)`` (USD, 6 places), as of ``now``: released
     leases by their overlap with the span, a run still going with its cost so far. The ``spent`` of
     :func:`spend_check`, and what a budget alert (:mod:`apps.metering.budget`) compares."""
-    leases = (Lease.objects.filter(job__owner=owner, charged=True, rented_at__lt=end)
+    return _month_spent_of({"owner_id": owner.pk}, start, end, now)
+
+
+def _month_spent_of(scope: dict[str, int], start: datetime, end: datetime, now: datetime) -> Decimal:
+    jobs = {f"job__{k}": v for k, v in scope.items()}
+    leases = (Lease.objects.filter(**jobs, charged=True, rented_at__lt=end)
               .exclude(released_at__lt=start).select_related("job", "node"))
     return paid_between(statement_of(leases, now).lines, start, end)

@@ -1,5 +1,5 @@
 """The operators' report (issue 6): per local day and GPU model, GPU-hours held, idle, down
-and charged, revenue, and the top accounts.
+and charged, revenue, and the top accounts and projects (SPEC §8).
 
 Definitions (GPU-hours are GPUs x hours, each span counted in each day by
 its overlap, see :mod:`apps.metering.days`):
@@ -99,6 +99,7 @@ class Report:
     rows: list[ReportRow]
     totals: dict[str, Decimal] = field(default_factory=dict)
     top_accounts: list[Account] = field(default_factory=list)
+    top_projects: list[Account] = field(default_factory=list)  # ``username`` holds the project's name
 
 
 def _hours(seconds: float) -> Decimal:
@@ -128,9 +129,10 @@ def operator_report(first: date, last: date, *, tz: tzinfo, now: datetime) -> Re
     revenue: dict[tuple[date, str], Decimal] = defaultdict(Decimal)
     down: dict[tuple[date, str], float] = defaultdict(float)
     accounts: dict[str, Account] = {}
+    projects: dict[str, Account] = {}
 
     leases = (Lease.objects.filter(rented_at__lt=end).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-              .select_related("job__owner", "node"))
+              .select_related("job__owner", "job__project", "node"))
     statement = statement_of(leases, now)
     for line in statement.lines:
         lease = line.lease
@@ -142,11 +144,13 @@ def operator_report(first: date, last: date, *, tz: tzinfo, now: datetime) -> Re
             charged[day, lease.gpu_model] += gpu_seconds
             revenue[day, lease.gpu_model] += share
         if pieces:
-            who = accounts.setdefault(lease.job.owner.get_username(),
-                                      Account(lease.job.owner.get_username(), 0, Decimal(0), Decimal(0)))
-            who.leases += 1
-            who.charged += Decimal(str(sum(s for _, s, _ in pieces)))
-            who.revenue += sum((c for _, _, c in pieces), Decimal(0))
+            owner = lease.job.owner.get_username()
+            project = lease.job.project.name if lease.job.project_id else f"~{owner}"
+            for table, name in ((accounts, owner), (projects, project)):
+                who = table.setdefault(name, Account(name, 0, Decimal(0), Decimal(0)))
+                who.leases += 1
+                who.charged += Decimal(str(sum(s for _, s, _ in pieces)))
+                who.revenue += sum((c for _, _, c in pieces), Decimal(0))
 
     for span in NodeDowntime.objects.filter(down_at__lt=end).filter(Q(up_at__isnull=True) | Q(up_at__gt=start)):
         for day, seconds in split_by_day(span.down_at, span.up_at or now, tz):
@@ -171,11 +175,12 @@ def operator_report(first: date, last: date, *, tz: tzinfo, now: datetime) -> Re
 
     totals = {name: sum((getattr(r, name) for r in rows), Decimal(0))
               for name in ("capacity", "held", "idle", "down", "charged", "revenue")}
-    for who in accounts.values():
+    for who in [*accounts.values(), *projects.values()]:
         who.charged = _hours(float(who.charged))
         who.revenue = who.revenue.quantize(billing.CENT, ROUND_HALF_UP)
     top = sorted(accounts.values(), key=lambda a: (-a.revenue, a.username))[:TOP_ACCOUNTS]
-    return Report(first, last, rows, totals, top)
+    top_projects = sorted(projects.values(), key=lambda a: (-a.revenue, a.username))[:TOP_ACCOUNTS]
+    return Report(first, last, rows, totals, top, top_projects)
 
 
 REPORT_CSV_COLUMNS = ["day", "gpu_model", "gpus", "capacity_gpu_hours", "held_gpu_hours", "idle_gpu_hours",

@@ -23,14 +23,25 @@ from .pricing import lease_price, worst_case_price
 from .rates import FALLBACK_RATE, current_rates
 from .statements import Day, Statement, by_day, statement_of
 
-LINE_FIELDS = ("job__name", "job__attempt", "job__state", "job__outcome", "job__owner_id", "node__name")
+LINE_FIELDS = ("job__name", "job__attempt", "job__state", "job__outcome", "job__owner_id", "node__name",
+               "job__project__name", "job__owner__username")
 
 
 def with_line_fields(leases: QuerySet[Lease]) -> QuerySet[Lease]:
     """``leases`` with what a statement line shows of their job and node, newest first (the job's
     spec, a large JSON document, is not read)."""
     lease_fields = [f.name for f in Lease._meta.concrete_fields]
-    return leases.select_related("job", "node").only(*lease_fields, *LINE_FIELDS).order_by("-rented_at", "-id")
+    return (leases.select_related("job", "node", "job__project", "job__owner").only(*lease_fields, *LINE_FIELDS)
+            .order_by("-rented_at", "-id"))
+
+
+def usage_base(*, user, project=None) -> QuerySet[Lease]:
+    """The leases a usage view adds up: ``user``'s own jobs' (in every project), or, with
+    ``project`` (one the caller may see, checked by the caller with :mod:`apps.projects.access`),
+    every member's jobs' of that project (SPEC §8)."""
+    if project is not None:
+        return Lease.objects.filter(job__project=project)
+    return Lease.objects.filter(job__owner=user)
 
 
 def leases_overlapping(leases: QuerySet[Lease], start: datetime | None, end: datetime | None) -> QuerySet[Lease]:
@@ -42,9 +53,11 @@ def leases_overlapping(leases: QuerySet[Lease], start: datetime | None, end: dat
     return leases
 
 
-def usage_leases(*, user, start: datetime | None = None, end: datetime | None = None) -> QuerySet[Lease]:
-    """The user's leases that overlap ``[start, end)``, newest first, with job and node."""
-    qs = leases_overlapping(with_line_fields(Lease.objects.filter(job__owner=user)), start, end)
+def usage_leases(*, user, start: datetime | None = None, end: datetime | None = None,
+                 project=None) -> QuerySet[Lease]:
+    """The user's (or ``project``'s, :func:`usage_base`) leases that overlap ``[start, end)``, newest
+    first, with job and node."""
+    qs = leases_overlapping(with_line_fields(usage_base(user=user, project=project)), start, end)
     return qs.order_by("-rented_at", "-id")
 
 
@@ -70,7 +83,7 @@ def attempt_leases(*, job_id: int, attempt: int) -> list[Lease]:
 
 CSV_COLUMNS = ["lease_id", "job_id", "job_name", "attempt", "node", "gpu_model", "gpu_count",
                "rented_at", "run_ended_at", "released_at", "held_seconds", "billed_seconds",
-               "rate_per_gpu_hour", "cost", "charged", "end_reason", "outcome"]
+               "rate_per_gpu_hour", "cost", "charged", "end_reason", "outcome", "project", "owner"]
 
 
 def usage_records(leases, tz, now: datetime | None = None) -> list[dict]:
@@ -94,7 +107,32 @@ def usage_records(leases, tz, now: datetime | None = None) -> list[dict]:
         "rate_per_gpu_hour": str(line.lease.rate_per_gpu_hour),
         "cost": None if line.cost is None else str(line.cost), "charged": line.lease.charged,
         "end_reason": line.lease.end_reason, "outcome": line.outcome,
+        "project": _project_of(line.lease.job), "owner": line.lease.job.owner.username,
     } for line in statement.lines]
+
+
+def _project_of(job) -> str:
+    return job.project.name if job.project_id else f"~{job.owner.username}"
+
+
+def usage_by_member(statement: Statement) -> list[dict[str, Any]]:
+    """A project's charged usage per member (issue 25 item 3), most cost first: ``owner``,
+    ``leases``, ``billed_seconds``, ``gpu_hours_billed`` (4 places, string), ``cost`` (USD, 6
+    places, string)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line in statement.lines:
+        if not line.counts:
+            continue
+        row = rows.setdefault(line.lease.job.owner.username, {"leases": 0, "billed_seconds": 0, "gpu_seconds": 0,
+                                                              "cost": Decimal(0)})
+        row["leases"] += 1
+        row["billed_seconds"] += line.billed_seconds
+        row["gpu_seconds"] += line.billed_seconds * line.lease.gpu_count
+        row["cost"] += line.cost
+    return [{"owner": owner, "leases": r["leases"], "billed_seconds": r["billed_seconds"],
+             "gpu_hours_billed": str((Decimal(r["gpu_seconds"]) / Decimal(3600)).quantize(Decimal("0.0001"))),
+             "cost": f"{r['cost']:.6f}"}
+            for owner, r in sorted(rows.items(), key=lambda kv: (-kv[1]["cost"], kv[0]))]
 
 
 def usage_rows(leases, tz, now: datetime | None = None) -> list[list[str]]:

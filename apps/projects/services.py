@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -224,3 +225,30 @@ def members_of(*, actor, project: Project) -> list[Membership]:
     _check(actor, project, Action.VIEW)
     order = {r: i for i, r in enumerate(Role.values)}
     return sorted(project.memberships.select_related("user"), key=lambda m: (order[m.role], m.user.username))
+
+
+def project_set_budget(*, actor, project: Project, budget, alert_percent=None) -> Project:
+    """The owner's monthly ``budget`` (USD, a decimal string or number; None: none) and alert
+    threshold for ``project``: it can only lower the operator's ``spend_limit`` (SPEC §8).
+
+    Raises:
+        ProjectError: not an owner (403/404), a budget that is not an amount of at least 0 or above
+            the operator's limit (400 ``budget``), a threshold outside 1..100 (400 ``alert_percent``).
+    """
+    _check(actor, project, Action.BUDGET)
+    if budget is not None:
+        try:
+            budget = Decimal(str(budget)).quantize(Decimal("0.01"))
+        except (InvalidOperation, ValueError):
+            raise ProjectError("budget", "budget must be an amount in USD, e.g. 250.00, or null.") from None
+        if not budget.is_finite() or budget < 0 or budget >= Decimal("1e10"):
+            raise ProjectError("budget", "budget must be an amount in USD from 0, or null.")
+        if project.spend_limit is not None and budget > project.spend_limit:
+            raise ProjectError("budget", f"The operator's limit is ${project.spend_limit}: a budget can only be lower.")
+    if alert_percent is not None:
+        if isinstance(alert_percent, bool) or not isinstance(alert_percent, int) or not 1 <= alert_percent <= 100:
+            raise ProjectError("alert_percent", "alert_percent must be a whole number from 1 to 100.")
+        project.alert_percent = alert_percent
+    project.budget = budget
+    project.save(update_fields=["budget", "alert_percent"])
+    return project

@@ -66,3 +66,19 @@ def test_a_submit_to_a_project_one_may_not_submit_to_is_a_400_naming_project(tea
     assert job.project == team.project and job.spec["project"] == "ml"
     personal = job_submit(owner=team.member, document=spec())
     assert personal.project.name == "~mia" and "project" not in personal.spec
+
+
+def test_only_an_owner_sets_the_budget_and_only_below_the_operators_limit(team):
+    team.project.spend_limit = "500.00"
+    team.project.save()
+    url = "/api/v1/projects/ml/"
+    assert client_of(team.admin).patch(url, {"budget": "100"}, content_type="application/json").status_code == 403
+    owner = client_of(team.owner)
+    assert owner.patch(url, {"budget": "600"}, content_type="application/json").json()["budget"][0].startswith(
+        "The operator's limit is $500.00")
+    assert owner.patch(url, {"budget": "x"}, content_type="application/json").status_code == 400
+    assert owner.patch(url, {"budget": "100", "alert_percent": 101},
+                       content_type="application/json").json() == {
+        "alert_percent": ["alert_percent must be a whole number from 1 to 100."]}
+    done = owner.patch(url, {"budget": "100", "alert_percent": 90}, content_type="application/json").json()
+    assert (done["budget"], done["alert_percent"], done["spend_limit"]) == ("100.00", 90, "500.00")

@@ -17,8 +17,17 @@ from apps.core import clock
 from apps.metering.accounts import profile_of, user_tz
 from apps.metering.budget import profile_set_budget
 from apps.metering.csvsafe import csv_response
-from apps.metering.selectors import CSV_COLUMNS, pool_summary, usage_leases, usage_records, usage_rows
+from apps.metering.selectors import (
+    CSV_COLUMNS,
+    pool_summary,
+    usage_by_member,
+    usage_leases,
+    usage_records,
+    usage_rows,
+)
 from apps.metering.statements import statement_of
+from apps.projects.api.views import api_error
+from apps.projects.services import ProjectError, project_for
 
 
 def parse_when(value: str | None, field: str) -> datetime | None:
@@ -42,7 +51,9 @@ def parse_when(value: str | None, field: str) -> datetime | None:
 
 class UsageView(APIView):
     @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
-                               OpenApiParameter("format", str, enum=["json", "csv"])])
+                               OpenApiParameter("format", str, enum=["json", "csv"]),
+                               OpenApiParameter("project", str, description=(
+                                   "Every member's leases of this project, with totals by member (SPEC §8)"))])
     def get(self, request):
         tz = user_tz(request.user)  # token auth runs after the time zone middleware: the account's zone here
         with timezone.override(tz):  # naive times and plain dates are the account's, as on the page
@@ -50,15 +61,24 @@ class UsageView(APIView):
             end = parse_when(request.query_params.get("to"), "to")
         if start and end and end < start:
             raise ValidationError({"to": ["Must not be before `from`."]})
-        leases = list(usage_leases(user=request.user, start=start, end=end))
+        project = None
+        if request.query_params.get("project"):
+            try:
+                project = project_for(request.user, request.query_params["project"])
+            except ProjectError as e:
+                raise api_error(e) from None
+        leases = list(usage_leases(user=request.user, start=start, end=end, project=project))
         statement = statement_of(leases, clock.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":
             return csv_response("e31-usage.csv", CSV_COLUMNS, usage_rows(statement, tz))
-        return Response({
+        body = {
             "leases": usage_records(statement, tz),
             "totals": {"leases": statement.leases, "billed_seconds": statement.billed_seconds,
                        "gpu_hours_billed": str(statement.gpu_hours_billed), "cost": f"{statement.cost:.6f}"},
-        })
+        }
+        if project is not None:
+            body["by_member"] = usage_by_member(statement)
+        return Response(body)
 
 
 class PoolView(APIView):

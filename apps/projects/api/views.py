@@ -18,6 +18,7 @@ from ..services import (
     members_of,
     project_create,
     project_for,
+    project_set_budget,
     projects_of,
 )
 
@@ -27,6 +28,9 @@ class ProjectOut(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices, help_text="The caller's role in it.")
     personal = serializers.BooleanField(help_text="The caller's personal project (~username), the default.")
     members = serializers.IntegerField()
+    spend_limit = serializers.CharField(allow_null=True, help_text="The operator's monthly limit, USD.")
+    budget = serializers.CharField(allow_null=True, help_text="The owner's monthly budget, USD (lower).")
+    alert_percent = serializers.IntegerField()
 
 
 class MemberOut(serializers.Serializer):
@@ -36,7 +40,9 @@ class MemberOut(serializers.Serializer):
 
 def project_out(project: Project, role: str) -> dict:
     return {"name": project.name, "role": role, "personal": project.is_personal,
-            "members": project.memberships.count()}
+            "members": project.memberships.count(),
+            "spend_limit": None if project.spend_limit is None else str(project.spend_limit),
+            "budget": None if project.budget is None else str(project.budget), "alert_percent": project.alert_percent}
 
 
 def member_out(m: Membership) -> dict:
@@ -83,6 +89,19 @@ class ProjectDetailView(APIView):
     @extend_schema(responses=ProjectOut)
     def get(self, request, name: str):
         project = project_or_error(request, name)
+        return Response(project_out(project, role_of(request.user, project)))
+
+    @extend_schema(request=inline_serializer("ProjectBudget", {"budget": serializers.CharField(allow_null=True),
+                                                               "alert_percent": serializers.IntegerField()}),
+                   responses=ProjectOut)
+    def patch(self, request, name: str):
+        """The owner's budget and alert threshold (owners only)."""
+        project, body = project_or_error(request, name), _body(request)
+        try:
+            project = project_set_budget(actor=request.user, project=project, budget=body.get("budget"),
+                                         alert_percent=body.get("alert_percent"))
+        except ProjectError as e:
+            raise api_error(e) from None
         return Response(project_out(project, role_of(request.user, project)))
 
 

@@ -27,8 +27,9 @@ from apps.metering.filters import usage_filtered
 from apps.metering.limits import spend_check
 from apps.metering.receipts import job_receipt
 from apps.metering.reports import REPORT_CSV_COLUMNS, ReportFilterForm, operator_report, report_rows
-from apps.metering.selectors import CSV_COLUMNS, usage_rows
+from apps.metering.selectors import CSV_COLUMNS, usage_by_member, usage_rows
 from apps.metering.statements import by_day, chart_data, statement_of
+from apps.projects.services import ProjectError, project_for, projects_of
 from apps.web.account.context import account_context
 
 LINES_PER_PAGE = 200
@@ -43,8 +44,10 @@ def _bad_filters(form) -> HttpResponse:
 @require_GET
 def usage(request: HttpRequest) -> HttpResponse:
     """My leases (newest first, 200 a page) through the filters; totals, GPU-hours and cost per local
-    day over every lease the filters select (as the CSV has them)."""
-    usage_filter, leases = usage_filtered(user=request.user, query=request.GET)
+    day over every lease the filters select (as the CSV has them). ``?project=``: every member's
+    leases of one of my projects, with the totals by member (SPEC §8)."""
+    project = _usage_project(request)
+    usage_filter, leases = usage_filtered(user=request.user, query=request.GET, project=project)
     now = clock.now()
     tz = user_tz(request.user)
     statement = statement_of(leases, now, usage_filter.period())
@@ -63,14 +66,31 @@ def usage(request: HttpRequest) -> HttpResponse:
         "section": "usage", "form": usage_filter.form, "statement": statement, "lines": page, "page": page,
         "totals": statement, "days": days, "chart": chart_data(days), "query": params.urlencode(),
         "tz_name": str(tz), "limit": limit, "month": month_start(now, tz).astimezone(tz),
+        "project": project, "projects": [p.name for p, _ in projects_of(request.user)],
+        "by_member": usage_by_member(statement) if project is not None else None,
     })
+
+
+def _usage_project(request: HttpRequest):
+    """The project of ``?project=`` (one of the caller's), or None without it.
+
+    Raises:
+        Http404: a project the caller is not in (as if it did not exist).
+    """
+    name = request.GET.get("project")
+    if not name:
+        return None
+    try:
+        return project_for(request.user, name)
+    except ProjectError:
+        raise Http404("No such project.") from None
 
 
 @login_required
 @require_GET
 def usage_csv(request: HttpRequest) -> HttpResponse:
     """Exactly the rows of the usage page (same filters) as CSV, times ISO 8601 with offset."""
-    usage_filter, leases = usage_filtered(user=request.user, query=request.GET)
+    usage_filter, leases = usage_filtered(user=request.user, query=request.GET, project=_usage_project(request))
     if usage_filter.is_bound and not usage_filter.is_valid():
         return _bad_filters(usage_filter.form)
     rows = usage_rows(statement_of(leases, clock.now(), usage_filter.period()), user_tz(request.user))
