@@ -76,7 +76,8 @@ def array_submit(*, owner: AbstractBaseUser, document: Any,
     with transaction.atomic():
         spec_uploads_lock(owner, spec)  # the storage sweep cannot delete one meanwhile (issue 15)
         # One check for the whole array's worst case (SpecError if over).
-        spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now)
+        spend_limit_enforce(owner=owner, request=compute_request(first.spec["compute"]), tasks=size, now=now,
+                            project_id=spec._project_id)
         first.array = JobArray.objects.create(owner=owner, project_id=spec._project_id, name=spec.name, size=size,
                                               submitted_at=now, spec=spec_document(spec))
         first.array_index = 0

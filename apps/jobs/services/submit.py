@@ -132,7 +132,8 @@ def job_submit(*, owner: AbstractBaseUser, document: Any,
     with transaction.atomic():
         spec_uploads_lock(owner, spec)  # locks them: the storage sweep cannot delete one meanwhile
         # SpecError if over:
-        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")), now=now)
+        spend_limit_enforce(owner=owner, request=compute_request(spec.compute.model_dump(mode="json")), now=now,
+                            project_id=spec._project_id)
         job = unsaved_job(spec, owner, now=now)
         job.event_seq = 1  # the "submitted" event below; a new job has no other writer yet
         job.save()
