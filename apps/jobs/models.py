@@ -50,7 +50,7 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, null=True, blank=True,
                                 related_name="jobs", help_text=(
-                                    "The project it belongs to (SPEC §8); empty: the owner's personal one."))
+                                    "The project it belongs to (SPEC §9); empty: the owner's personal one."))
     name = models.CharField(max_length=100)
     spec = models.JSONField(help_text="The validated, normalised spec (SPEC §2).")
     kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.OTHER)

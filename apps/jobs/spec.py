@@ -308,10 +308,10 @@ class AfterItem(_Strict):
 
 class JobSpec(_Strict):
     """A validated spec: name, ``project``, work, data, compute, output, ``retry``, ``checkpoint``,
-    ``array`` and ``after`` (SPEC §2, §8)."""
+    ``array`` and ``after`` (SPEC §2, §9)."""
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
-    project: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None  # SPEC §8; None: personal
+    project: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None  # SPEC §9; None: personal
     work: WorkSpec
     data: list[DataItem] = Field(default_factory=list, max_length=MAX_DATA)
     compute: ComputeSpec

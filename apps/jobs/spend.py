@@ -21,7 +21,7 @@ def spend_limit_enforce(*, owner, request: ComputeRequest, now: datetime | None 
                         tasks: int = 1, project_id: int | None = None) -> SpendCheck:
     """Refuse a job whose worst case exceeds what is left of ``owner``'s monthly limit (the effective
     one: the smaller of the operator's and the user's own), or of its project's (``project_id``: the
-    lower of the operator's limit and the owner's budget, every member's jobs counted; SPEC §8).
+    lower of the operator's limit and the owner's budget, every member's jobs counted; SPEC §9).
 
     Called by :func:`apps.jobs.services.job_submit` before the job is stored, and once by
     :func:`apps.jobs.arrays.array_submit` for a whole array: ``tasks`` times one task's worst case.

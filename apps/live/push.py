@@ -63,7 +63,7 @@ def user_group(user_id: int) -> str:
 
 def project_group(project_id: int) -> str:
     """Channel-layer group of the live "My jobs" and job pages of a shared project's members: the
-    owner's user group's messages about the project's jobs go here too (SPEC §8)."""
+    owner's user group's messages about the project's jobs go here too (SPEC §9)."""
     return f"project-{project_id}"
 
 

@@ -58,7 +58,7 @@ class SpendCheck:
     spent: Decimal
     committed: Decimal
     month_start: datetime
-    project: str = ""  # a project's limit (SPEC §8): its name; "": the account's
+    project: str = ""  # a project's limit (SPEC §9): its name; "": the account's
 
     @property
     def left(self) -> Decimal | None:

@@ -1,5 +1,5 @@
 """The operators' report (issue 6): per local day and GPU model, GPU-hours held, idle, down
-and charged, revenue, and the top accounts and projects (SPEC §8).
+and charged, revenue, and the top accounts and projects (SPEC §9).
 
 Definitions (GPU-hours are GPUs x hours, each span counted in each day by
 its overlap, see :mod:`apps.metering.days`):

@@ -38,7 +38,7 @@ def with_line_fields(leases: QuerySet[Lease]) -> QuerySet[Lease]:
 def usage_base(*, user, project=None) -> QuerySet[Lease]:
     """The leases a usage view adds up: ``user``'s own jobs' (in every project), or, with
     ``project`` (one the caller may see, checked by the caller with :mod:`apps.projects.access`),
-    every member's jobs' of that project (SPEC §8)."""
+    every member's jobs' of that project (SPEC §9)."""
     if project is not None:
         return Lease.objects.filter(job__project=project)
     return Lease.objects.filter(job__owner=user)

@@ -1,4 +1,4 @@
-"""Who may do what in a project: the one place that decides it (issue 25, SPEC §8).
+"""Who may do what in a project: the one place that decides it (issue 25, SPEC §9).
 
 Plain predicates over :class:`~apps.projects.models.Role`, not a rules package: the table is four
 roles by seven actions, fixed by the contract, and a dict reads as the SPEC's table does;

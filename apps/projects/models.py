@@ -1,4 +1,4 @@
-"""Projects: the team a job, an array, a secret and a budget belong to (SPEC §8, issue 25).
+"""Projects: the team a job, an array, a secret and a budget belong to (SPEC §9, issue 25).
 
 Every user has a personal project (:attr:`Project.personal_of`), made when first needed
 (:func:`apps.projects.services.personal_project`), where they are the only owner. Any user makes more
@@ -17,7 +17,7 @@ NAME_RULE = "1-63 characters: lowercase letters, digits, '.', '_' or '-', starti
 
 
 class Role(models.TextChoices):
-    """A member's role, most rights first (SPEC §8 has the table)."""
+    """A member's role, most rights first (SPEC §9 has the table)."""
 
     OWNER = "owner", "owner"
     ADMIN = "admin", "admin"

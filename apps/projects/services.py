@@ -229,7 +229,7 @@ def members_of(*, actor, project: Project) -> list[Membership]:
 
 def project_set_budget(*, actor, project: Project, budget, alert_percent=None) -> Project:
     """The owner's monthly ``budget`` (USD, a decimal string or number; None: none) and alert
-    threshold for ``project``: it can only lower the operator's ``spend_limit`` (SPEC §8).
+    threshold for ``project``: it can only lower the operator's ``spend_limit`` (SPEC §9).
 
     Raises:
         ProjectError: not an owner (403/404), a budget that is not an amount of at least 0 or above

@@ -1,4 +1,4 @@
-"""Service tokens (issue 25 item 5, SPEC §8): a token a project's owner makes for CI, acting for the
+"""Service tokens (issue 25 item 5, SPEC §9): a token a project's owner makes for CI, acting for the
 project with a role, not as a person.
 
 Each token gets a bot user of its own (``svc-<project>-<n>``, no password, so it cannot sign in)

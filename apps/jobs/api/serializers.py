@@ -61,7 +61,7 @@ class JobSerializer(serializers.ModelSerializer):
         ]
 
     def get_project(self, job: Job) -> str:
-        """The project's name (SPEC §8); ``~username`` for the owner's personal project."""
+        """The project's name (SPEC §9); ``~username`` for the owner's personal project."""
         return project_name(job)
 
     def get_outputs_unmatched(self, job: Job) -> list[str]:

@@ -98,7 +98,7 @@ class JobListCreateView(generics.ListAPIView):
                  "multipart/form-data": OpenApiTypes.OBJECT},
         responses={201: JobSerializer},
         parameters=[OpenApiParameter("array", int, description="GET: only the tasks of this job array, by index"),
-                    OpenApiParameter("project", str, description="GET: only the jobs of this project (SPEC §8)"),
+                    OpenApiParameter("project", str, description="GET: only the jobs of this project (SPEC §9)"),
                     OpenApiParameter("dry_run", bool, description="1: validate and price only (worst case, "
                                                                   "spend limit); nothing is created (200)")],
         description="Submit a spec (SPEC §2) as JSON, YAML, or multipart with a `spec` field "

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='project',
-            field=models.ForeignKey(blank=True, help_text="The project it belongs to (SPEC §8); empty: the owner's personal one.", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='projects.project'),
+            field=models.ForeignKey(blank=True, help_text="The project it belongs to (SPEC §9); empty: the owner's personal one.", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='projects.project'),
         ),
         migrations.AddField(
             model_name='jobarray',

@@ -1,5 +1,5 @@
 """Every owner of a job or an array gets a personal project (``~username``, they its owner), and their
-jobs and arrays from before projects are put in it (SPEC §8)."""
+jobs and arrays from before projects are put in it (SPEC §9)."""
 from django.conf import settings
 from django.db import migrations
 from django.utils import timezone

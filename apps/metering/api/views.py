@@ -53,7 +53,7 @@ class UsageView(APIView):
     @extend_schema(parameters=[OpenApiParameter("from", str), OpenApiParameter("to", str),
                                OpenApiParameter("format", str, enum=["json", "csv"]),
                                OpenApiParameter("project", str, description=(
-                                   "Every member's leases of this project, with totals by member (SPEC §8)"))])
+                                   "Every member's leases of this project, with totals by member (SPEC §9)"))])
     def get(self, request):
         tz = user_tz(request.user)  # token auth runs after the time zone middleware: the account's zone here
         with timezone.override(tz):  # naive times and plain dates are the account's, as on the page

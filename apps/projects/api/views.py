@@ -1,4 +1,4 @@
-"""``/api/v1/projects/`` (SPEC §8): a user's projects, making one, and its members. The wire only:
+"""``/api/v1/projects/`` (SPEC §9): a user's projects, making one, and its members. The wire only:
 every rule is :mod:`apps.projects.services` and :mod:`apps.projects.access`."""
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def service_token_out(token: ApiToken) -> dict:
 
 
 class ServiceTokenListView(APIView):
-    """``/api/v1/projects/{name}/tokens/`` (SPEC §8): a project's service tokens."""
+    """``/api/v1/projects/{name}/tokens/`` (SPEC §9): a project's service tokens."""
 
     @extend_schema(responses=inline_serializer("ServiceTokenList", {"results": ServiceTokenOut(many=True)}))
     def get(self, request, name: str):

@@ -148,7 +148,7 @@ class JobForm(forms.Form):
                               help_text="Run by /bin/sh in the job directory.")
     kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.OTHER, label="Kind")
     project = forms.ChoiceField(required=False, label="Project", help_text=(
-        "Who it belongs to: its members see it, its budget pays for it (SPEC §8)."))
+        "Who it belongs to: its members see it, its budget pays for it (SPEC §9)."))
     env = forms.CharField(required=False, label="Environment", strip=False,
                           widget=_code(3, "SEED=1"), help_text="One KEY=VALUE per line.")
     secrets = forms.MultipleChoiceField(

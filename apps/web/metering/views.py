@@ -45,7 +45,7 @@ def _bad_filters(form) -> HttpResponse:
 def usage(request: HttpRequest) -> HttpResponse:
     """My leases (newest first, 200 a page) through the filters; totals, GPU-hours and cost per local
     day over every lease the filters select (as the CSV has them). ``?project=``: every member's
-    leases of one of my projects, with the totals by member (SPEC §8)."""
+    leases of one of my projects, with the totals by member (SPEC §9)."""
     project = _usage_project(request)
     usage_filter, leases = usage_filtered(user=request.user, query=request.GET, project=project)
     now = clock.now()
