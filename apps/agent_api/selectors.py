@@ -61,7 +61,8 @@ def _assignment(lease: Any, now: datetime) -> dict[str, Any]:
     deadline = lease.rented_at.timestamp() + job.time_limit_s - now.timestamp()
     # Issue 23: the values of the secrets the spec names go to this node only, because it holds
     # this attempt (the caller's lease); nothing else the server sends or shows carries them.
-    env_secrets, credentials, refused = job_secrets_open(owner_id=job.owner_id, spec=job.spec)
+    env_secrets, credentials, refused = job_secrets_open(owner_id=job.owner_id, spec=job.spec,
+                                                         project_id=job.project_id)
     extra: dict[str, Any] = {}
     if env_secrets:
         extra["secrets"] = env_secrets

@@ -66,16 +66,17 @@ def image_credentials_problem(text: str) -> str | None:
     return None
 
 
-def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
+def secret_ref_errors(spec: JobSpec, *, owner_id: int, project_id: int | None = None) -> dict[str, list[str]]:
     """Field errors of the secrets ``spec`` names for ``owner_id``: unknown names
     (``work.secrets[i]``, ``data[i].credentials``) and malformed credentials (``data[i].credentials``).
-    A stranger's secret of the same name is unknown: only the owner's own are looked up."""
+    A stranger's secret of the same name is unknown: only the owner's own and those of the job's
+    project ``project_id`` are looked up."""
     image_login = spec.work.image_credentials
     names = set(spec.work.secrets) | {item.credentials for item in spec.data if item.credentials} \
         | ({image_login} if image_login else set())
     if not names:
         return {}
-    known = secret_names_known(owner_id=owner_id, names=names)
+    known = secret_names_known(owner_id=owner_id, names=names, project_id=project_id)
     errors: dict[str, list[str]] = {}
     for index, name in enumerate(spec.work.secrets):
         if name not in known:
@@ -84,7 +85,7 @@ def secret_ref_errors(spec: JobSpec, *, owner_id: int) -> dict[str, list[str]]:
     wanted = {item.credentials for item in spec.data if item.credentials in known} \
         | ({image_login} if image_login in known else set())
     try:
-        values = secret_values(owner_id=owner_id, names=wanted) if wanted else {}
+        values = secret_values(owner_id=owner_id, names=wanted, project_id=project_id) if wanted else {}
     except SecretsKeyError:
         values = {}  # the site's key was replaced: each such secret must be set again
     for index, item in enumerate(spec.data):
@@ -126,8 +127,10 @@ def spec_secret_names(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return env_names, cred_names
 
 
-def job_secrets_open(*, owner_id: int, spec: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], str | None]:
-    """The values a job's attempt is started with: ``(env secrets, credentials secrets, refused)``.
+def job_secrets_open(*, owner_id: int, spec: Mapping[str, Any],
+                     project_id: int | None = None) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """The values a job's attempt is started with: ``(env secrets, credentials secrets, refused)``:
+    its owner's own secrets and its project's (``project_id``), the owner's winning on a name both have.
 
     ``refused``: why the attempt cannot start, or None: a secret the owner no longer has (deleted
     since the submit: "secret HF_TOKEN was deleted before the job started"), or one no key opens (the
@@ -139,7 +142,7 @@ def job_secrets_open(*, owner_id: int, spec: Mapping[str, Any]) -> tuple[dict[st
         return {}, {}, None
     names = list(dict.fromkeys([*env_names, *cred_names]))
     try:
-        values = secret_values(owner_id=owner_id, names=names)
+        values = secret_values(owner_id=owner_id, names=names, project_id=project_id)
     except SecretsKeyError:  # the node's poll goes on; this attempt cannot start
         return {}, {}, (f"secret{'s' if len(names) > 1 else ''} {', '.join(names)} cannot be opened "
                         "(the site's secrets key changed): set them again")

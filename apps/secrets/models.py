@@ -14,7 +14,11 @@ VALUE_MAX_BYTES = 64 * 1024  # a value's most UTF-8 bytes (SPEC §2)
 
 
 class Secret(models.Model):
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="secrets")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="secrets",
+                              help_text="Whose it is; for a project's secret, who set it last.")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="secrets", help_text=(
+                                    "Set on a project's secret (SPEC §9): usable by the project's jobs only."))
     name = models.CharField(max_length=NAME_MAX)
     token = models.BinaryField(help_text="The value, encrypted (Fernet); the key is not in the database.")
     created_at = models.DateTimeField()
@@ -22,7 +26,12 @@ class Secret(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="secret_owner_name_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], condition=models.Q(project__isnull=True),
+                                    name="secret_owner_name_unique"),
+            models.UniqueConstraint(fields=["project", "name"], condition=models.Q(project__isnull=False),
+                                    name="secret_project_name_unique"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.owner})"
+        return f"{self.name} ({self.project or self.owner})"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from cryptography.fernet import Fernet, MultiFernet
 from django.db import transaction
+from django.db.models import Q
 
 from . import crypto
 from .models import NAME_MAX, NAME_PATTERN, VALUE_MAX_BYTES, Secret
@@ -32,8 +34,14 @@ def secret_name_problem(name: object) -> str | None:
     return None
 
 
-def secret_set(*, owner, name: object, value: object, now: datetime) -> Secret:
-    """Create or replace ``owner``'s secret ``name``, encrypting ``value``.
+def _scope(owner_id: int, project_id: int | None) -> dict[str, Any]:
+    """The rows of one holder: a project's secrets, or the user's own (those of no project)."""
+    return {"project_id": project_id} if project_id is not None else {"owner_id": owner_id, "project__isnull": True}
+
+
+def secret_set(*, owner, name: object, value: object, now: datetime, project_id: int | None = None) -> Secret:
+    """Create or replace ``owner``'s secret ``name`` (or project ``project_id``'s, set by ``owner``:
+    the caller has checked the role), encrypting ``value``.
 
     Raises:
         SecretInvalid: the name is malformed, or the value is not a string of 1 byte to 64 KiB
@@ -59,32 +67,43 @@ def secret_set(*, owner, name: object, value: object, now: datetime) -> Secret:
     token = crypto.encrypt(str(value))
     with transaction.atomic():
         # select_for_update: two replaces at once keep one row (the unique constraint backs it)
-        secret = Secret.objects.select_for_update().filter(owner=owner, name=name).first()
+        secret = Secret.objects.select_for_update().filter(**_scope(owner.pk, project_id), name=name).first()
         if secret is None:
-            return Secret.objects.create(owner=owner, name=name, token=token, created_at=now, updated_at=now)
-        secret.token, secret.updated_at = token, now
-        secret.save(update_fields=["token", "updated_at"])
+            return Secret.objects.create(owner=owner, project_id=project_id, name=name, token=token,
+                                         created_at=now, updated_at=now)
+        secret.token, secret.updated_at, secret.owner = token, now, owner
+        secret.save(update_fields=["token", "updated_at", "owner"])
         return secret
 
 
-def secret_delete(*, owner, name: str) -> bool:
-    """Delete ``owner``'s secret ``name``; False when there was none."""
-    deleted, _ = Secret.objects.filter(owner=owner, name=name).delete()
+def secret_delete(*, owner, name: str, project_id: int | None = None) -> bool:
+    """Delete ``owner``'s secret ``name`` (project ``project_id``'s); False when there was none."""
+    deleted, _ = Secret.objects.filter(**_scope(owner.pk, project_id), name=name).delete()
     return bool(deleted)
 
 
-def secret_list(*, owner) -> list[Secret]:
-    """``owner``'s secrets by name (read only ``name``, ``created_at``, ``updated_at``: never the value)."""
-    return list(Secret.objects.filter(owner=owner).only("name", "created_at", "updated_at").order_by("name"))
+def secret_list(*, owner, project_id: int | None = None) -> list[Secret]:
+    """``owner``'s own secrets (project ``project_id``'s) by name (read only ``name``, ``created_at``,
+    ``updated_at``: never the value)."""
+    return list(Secret.objects.filter(**_scope(owner.pk, project_id)).only("name", "created_at", "updated_at")
+                .order_by("name"))
 
 
-def secret_names_known(*, owner_id: int, names: Iterable[str]) -> set[str]:
-    """Which of ``names`` ``owner_id`` has."""
-    return set(Secret.objects.filter(owner_id=owner_id, name__in=list(names)).values_list("name", flat=True))
+def _usable(owner_id: int, project_id: int | None):
+    """The secrets a job of ``owner_id`` in ``project_id`` may use: the owner's own and the project's."""
+    mine = Q(owner_id=owner_id, project__isnull=True)
+    return Secret.objects.filter(mine | Q(project_id=project_id) if project_id is not None else mine)
 
 
-def secret_values(*, owner_id: int, names: Iterable[str]) -> dict[str, str]:
-    """``{name: value}`` of ``owner_id``'s secrets among ``names``; one the owner lacks is left out.
+def secret_names_known(*, owner_id: int, names: Iterable[str], project_id: int | None = None) -> set[str]:
+    """Which of ``names`` a job of ``owner_id`` in project ``project_id`` may use (theirs or the project's)."""
+    return set(_usable(owner_id, project_id).filter(name__in=list(names)).values_list("name", flat=True))
+
+
+def secret_values(*, owner_id: int, names: Iterable[str], project_id: int | None = None) -> dict[str, str]:
+    """``{name: value}`` of the secrets among ``names`` a job of ``owner_id`` in project ``project_id``
+    may use: the project's, and the owner's own, which win on a name both have; one neither has is
+    left out.
 
     For the node holding an attempt (the assignment) and the submit's checks only: a value never
     goes into a page, an API answer, an event or a log.
@@ -96,8 +115,9 @@ def secret_values(*, owner_id: int, names: Iterable[str]) -> dict[str, str]:
     if not wanted:
         return {}
     under = crypto.cipher()
-    return {name: crypto.decrypt(token, under=under) for name, token in
-            Secret.objects.filter(owner_id=owner_id, name__in=wanted).values_list("name", "token")}
+    rows = _usable(owner_id, project_id).filter(name__in=wanted).values_list("name", "token", "project_id")
+    # the project's first, then the owner's own over them
+    return {name: crypto.decrypt(token, under=under) for name, token, _ in sorted(rows, key=lambda r: r[2] is None)}
 
 
 def secrets_rotate(*, keys: list[bytes]) -> int:

@@ -70,7 +70,7 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
             errors[f"data[{i}].source"] = [
                 f"No node of this site can read {scheme}:// sources (their agents lack {CLOUD_PACKAGES[scheme]}); "
                 "use https:// or an upload, or ask the operator."]
-    errors.update(secret_ref_errors(spec, owner_id=owner.pk))
+    errors.update(secret_ref_errors(spec, owner_id=owner.pk, project_id=spec._project_id))
     resume = spec.checkpoint.resume_from if spec.checkpoint else None
     if resume is not None and not Job.objects.filter(shared_q(owner), pk=resume).exists():
         errors["checkpoint.resume_from"] = [f"You have no job {resume} to resume from."]
