@@ -36,6 +36,7 @@ urlpatterns = [
     path("", include("apps.web.jobs.urls")),
     path("usage/", include("apps.web.metering.urls")),
     path("account/secrets/", include("apps.web.secrets.urls")),
+    path("projects/", include("apps.web.projects.urls")),
     path("account/", include("apps.web.metering.account_urls")),
     path("pool/", include("apps.web.pool.urls")),
     path("notices/", include("apps.web.notices.urls")),

@@ -28,10 +28,11 @@ class JobDependencyInline(LedgerAdmin, admin.TabularInline):
 class JobAdmin(LedgerAdmin, admin.ModelAdmin):
     """Jobs, read-only: states change only through the job services (cancel is an action here)."""
 
-    list_display = ["id", "name", "owner", "state", "outcome", "gpus_per_node", "nodes", "queue_position",
+    list_display = ["id", "name", "owner", "project", "state", "outcome", "gpus_per_node", "nodes", "queue_position",
                     "submitted_at", "rented_at", "released_at"]
+    list_select_related = ["owner", "project"]
     list_filter = ["state", "outcome", "kind"]
-    search_fields = ["name", "owner__username"]
+    search_fields = ["name", "owner__username", "project__name"]
     exclude = ["spec"]  # shown as shown_spec: a URL's userinfo and signature as *** (issue 23)
     readonly_fields = ["state", "outcome", "shown_spec", "submitted_at", "rented_at", "run_started_at", "run_ended_at",
                        "released_at", "exit_code", "attempt", "event_seq", "queue_position",
@@ -66,8 +67,8 @@ class JobEventAdmin(LedgerAdmin, admin.ModelAdmin):
 
 @admin.register(JobArray)
 class JobArrayAdmin(LedgerAdmin, admin.ModelAdmin):
-    list_display = ["id", "name", "owner", "size", "submitted_at", "cancel_requested_at"]
-    search_fields = ["name", "owner__username"]
+    list_display = ["id", "name", "owner", "project", "size", "submitted_at", "cancel_requested_at"]
+    search_fields = ["name", "owner__username", "project__name"]
     exclude = ["spec"]
     readonly_fields = ["owner", "name", "size", "shown_spec", "submitted_at", "cancel_requested_at"]
 
