@@ -166,7 +166,7 @@ def project_spend_check(*, project, worst_case: Decimal, now: datetime | None = 
     if limit is None:
         return SpendCheck(worst_case, None, Decimal(0), Decimal(0), start, project.name)
     scope = {"project_id": project.pk}
-    return SpendCheck(worst_case, limit, _month_spent_of(scope, start, end, now), _committed(scope, now, table),
+    return SpendCheck(worst_case, limit, month_spent_of(scope, start, end, now), _committed(scope, now, table),
                       start, project.name)
 
 
@@ -174,10 +174,11 @@ def month_spent(owner, start: datetime, end: datetime, now: datetime) -> Decimal
     """What ``owner``'s charged leases cost in ``[start, end)`` (USD, 6 places), as of ``now``: released
     leases by their overlap with the span, a run still going with its cost so far. The ``spent`` of
     :func:`spend_check`, and what a budget alert (:mod:`apps.metering.budget`) compares."""
-    return _month_spent_of({"owner_id": owner.pk}, start, end, now)
+    return month_spent_of({"owner_id": owner.pk}, start, end, now)
 
 
-def _month_spent_of(scope: dict[str, int], start: datetime, end: datetime, now: datetime) -> Decimal:
+def month_spent_of(scope: dict[str, int], start: datetime, end: datetime, now: datetime) -> Decimal:
+    """:func:`month_spent` of the jobs of ``scope`` (``{"owner_id": ...}`` or ``{"project_id": ...}``)."""
     jobs = {f"job__{k}": v for k, v in scope.items()}
     leases = (Lease.objects.filter(**jobs, charged=True, rented_at__lt=end)
               .exclude(released_at__lt=start).select_related("job", "node"))

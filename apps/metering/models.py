@@ -142,3 +142,22 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"budget alert {self.month:%Y-%m} of {self.owner_id} at {self.threshold_percent}%"
+
+
+class ProjectBudgetAlert(models.Model):
+    """A project's month's spend passed its alert threshold (issue 25 item 3): one row per project and
+    month (the site's time zone), as :class:`BudgetAlert` is per account. ``limit`` is the lower of the
+    operator's limit and the owner's budget when it was raised (USD); ``spent`` every member's cost."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField()
+    threshold_percent = models.PositiveSmallIntegerField()
+    limit = models.DecimalField(max_digits=12, decimal_places=2)
+    spent = models.DecimalField(max_digits=14, decimal_places=6)
+    raised_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "month"], name="one_project_alert_per_month")]
+
+    def __str__(self) -> str:
+        return f"budget alert {self.month:%Y-%m} of project {self.project_id} at {self.threshold_percent}%"

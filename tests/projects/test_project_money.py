@@ -66,3 +66,22 @@ def test_the_operator_report_ranks_projects(team, pool):
     assert page.status_code == 200
     html = page.content.decode()
     assert "Top projects" in html and "<td>ml</td>" in html
+
+
+def test_a_projects_alert_shows_its_owners_and_admins_once_spend_passes_the_threshold(team, pool, frozen_clock):
+    from apps.metering.project_budget import project_alerts_scan
+
+    from ..drive import Agent, rented_job
+    from .conftest import client_of
+
+    team.project.spend_limit, team.project.alert_percent = Decimal("300.00"), 20
+    team.project.save()
+    agent = Agent(rented_job(team.member, project="ml", compute={"gpus": 4, "time_limit": "20h"}), frozen_clock)
+    agent.start()
+    assert project_alerts_scan() == 0
+    frozen_clock.advance(hours=8)  # 4 GPUs x 8 h at the default H100 rate: about $80, past 20 % of $300
+    assert project_alerts_scan() == 1 and project_alerts_scan() == 0  # once a month
+    banner = "Project ml&#x27;s spend this month"  # the page escapes the apostrophe
+    assert banner in client_of(team.owner).get("/projects/").content.decode()
+    assert banner in client_of(team.admin).get("/projects/").content.decode()
+    assert banner not in client_of(team.member).get("/projects/").content.decode()
