@@ -1,4 +1,6 @@
-"""A project's budget alert (issue 25 item 3, SPEC §9): once per project and month, when every
+"""A project's money by month (issue 25 item 3, SPEC §9): its budget alert and its statement.
+
+The alert: once per project and month, when every
 member's spend passes ``alert_percent`` of the project's limit (the lower of the operator's
 ``spend_limit`` and the owner's ``budget``), the project's owners and admins see a banner on every
 page. Checked by the same periodic task as the accounts' alerts (:mod:`apps.metering.budget`).
@@ -21,6 +23,8 @@ from .budget import threshold_amount
 from .days import month_start, next_month_start
 from .limits import month_spent_of, project_limit
 from .models import ProjectBudgetAlert
+from .selectors import leases_overlapping, usage_base, usage_by_member, with_line_fields
+from .statements import Statement, statement_of
 
 
 def _month(now: datetime) -> tuple[date, datetime, datetime]:
@@ -87,3 +91,39 @@ def project_banners_of(user, now: datetime | None = None) -> list[ProjectBanner]
               .select_related("project").order_by("project__name"))
     return [ProjectBanner(a.project.name, a.threshold_percent, a.spent, a.limit) for a in alerts
             if a.threshold_percent >= a.project.alert_percent]
+
+
+@dataclass(frozen=True)
+class ProjectStatement:
+    """A project's monthly statement (issue 25 item 3): every member's leases that overlap the month
+    (site time zone), each counted by its overlap, with totals and totals by member."""
+
+    month: date
+    statement: Statement
+    by_member: list[dict]
+    limit: Decimal | None
+
+
+def month_parse(text: str | None, now: datetime) -> date:
+    """The first day of month ``YYYY-MM`` (this month for None or "").
+
+    Raises:
+        ValueError: not a month in that form.
+    """
+    if not text:
+        return _month(now)[0]
+    year, _, month = text.partition("-")
+    if not (year.isdigit() and month.isdigit() and len(year) == 4 and len(month) == 2):
+        raise ValueError("month must be YYYY-MM")
+    return date(int(year), int(month), 1)  # ValueError for month 13
+
+
+def project_statement(project: Project, month: date, now: datetime | None = None) -> ProjectStatement:
+    """``project``'s statement of ``month`` (the caller has checked the reader may see it)."""
+    now = now or clock.now()
+    tz = zoneinfo.ZoneInfo(settings.TIME_ZONE)
+    start = datetime(month.year, month.month, 1, tzinfo=tz)
+    end = next_month_start(start, tz)
+    leases = leases_overlapping(with_line_fields(usage_base(user=None, project=project)), start, end)
+    statement = statement_of(list(leases), now, (start, end))
+    return ProjectStatement(month, statement, usage_by_member(statement), project_limit(project))

@@ -37,3 +37,16 @@ def test_a_user_makes_a_project_from_the_page(team):
     assert response.status_code == 302 and response["Location"] == "/projects/vision/"
     taken = client_of(team.stranger).post("/projects/", {"name": "ml"})
     assert "exists already" in taken.content.decode()
+
+
+def test_the_monthly_statement_lists_every_members_leases_for_members_only(team, pool):
+    from ..drive import finished_job
+
+    finished_job(team.member, project="ml")
+    finished_job(team.admin, project="ml")
+    page = client_of(team.viewer).get("/projects/ml/statement/")
+    html = page.content.decode()
+    assert page.status_code == 200 and "By member" in html and "mia" in html and "adam" in html
+    assert client_of(team.stranger).get("/projects/ml/statement/").status_code == 404
+    assert client_of(team.viewer).get("/projects/ml/statement/?month=2026-13").status_code == 400
+    assert "No charged use" in client_of(team.viewer).get("/projects/ml/statement/?month=2020-01").content.decode()

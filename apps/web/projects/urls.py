@@ -7,5 +7,6 @@ app_name = "projects"
 urlpatterns = [
     path("", views.projects_page, name="list"),
     path("<str:name>/", views.project_page, name="detail"),
+    path("<str:name>/statement/", views.project_statement_page, name="statement"),
     path("<str:name>/members/<str:username>/", views.member_change, name="member"),
 ]

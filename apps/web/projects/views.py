@@ -10,6 +10,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from apps.core import clock
+from apps.metering.project_budget import month_parse, project_statement
 from apps.projects.access import Action, role_allows, role_of
 from apps.projects.models import Role
 from apps.projects.services import (
@@ -88,6 +90,20 @@ def project_page(request: HttpRequest, name: str) -> HttpResponse:
         "members": members_of(actor=request.user, project=project), "roles": Role.choices,
         "manages": role_allows(role, Action.MEMBERS) and not project.is_personal,
     })
+
+
+@login_required
+def project_statement_page(request: HttpRequest, name: str) -> HttpResponse:
+    """A project's monthly statement (``?month=YYYY-MM``, default this month), laid out for printing;
+    every member may read it."""
+    project = _project_or_404(request, name)
+    try:
+        month = month_parse(request.GET.get("month"), clock.now())
+    except ValueError:
+        return HttpResponse("month: must be YYYY-MM, e.g. 2026-12\n", status=400,
+                            content_type="text/plain; charset=utf-8")
+    return render(request, "projects/statement.html", {
+        "section": "projects", "project": project, "s": project_statement(project, month)})
 
 
 @login_required
