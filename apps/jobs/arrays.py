@@ -162,7 +162,7 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
         PermissionDenied: ``by`` may see the array but not cancel it
             (:func:`apps.jobs.services.cancel.check_canceller`).
     """
-    check_canceller(array, by)
+    by_other = check_canceller(array, by)
     now = now or clock.now()
     with transaction.atomic():
         locked = JobArray.objects.select_for_update().get(pk=array.pk)
@@ -171,7 +171,7 @@ def array_cancel(*, array: JobArray, by: AbstractBaseUser | None = None,
             array.cancel_requested_at = now
         queued = list(Job.objects.filter(array=array, state=JobState.QUEUED).values_list("pk", flat=True))
         released = transition_bulk(queued, JobState.QUEUED, JobState.RELEASED,
-                                   detail="cancelled with its array while queued", now=now,
+                                   detail="cancelled with its array while queued" + by_other, now=now,
                                    outcome=Outcome.CANCELLED, end_reason=EndReason.CANCELLED,
                                    cancel_requested_at=now)
         stopping = 0

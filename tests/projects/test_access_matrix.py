@@ -96,3 +96,18 @@ def test_a_member_cancels_their_own_job_and_a_bulk_cancel_skips_the_others(team,
     assert response.status_code == 200, response.content
     assert Job.objects.get(pk=mine.pk).state == JobState.RELEASED
     assert Job.objects.get(pk=theirs.pk).state == JobState.QUEUED
+
+
+def test_a_projects_array_is_shared_and_only_admins_and_owners_cancel_a_teammates(team, pool):
+    from apps.jobs.arrays import array_submit
+
+    from ..factories import spec
+
+    submitted = array_submit(owner=team.member, document=spec(project="ml", array=3))
+    url = f"/api/v1/arrays/{submitted.array.pk}/"
+    assert client_of(team.viewer).get(url).status_code == 200
+    assert client_of(team.stranger).get(url).status_code == 404
+    assert client_of(team.viewer).post(url + "cancel/").status_code == 403
+    assert client_of(team.admin).post(url + "cancel/").status_code == 200
+    details = set(JobEvent.objects.filter(job_id__in=submitted.job_ids).values_list("detail", flat=True))
+    assert "cancelled with its array while queued by adam" in details or "cancel requested by adam" in details
