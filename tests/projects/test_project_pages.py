@@ -50,3 +50,11 @@ def test_the_monthly_statement_lists_every_members_leases_for_members_only(team,
     assert client_of(team.stranger).get("/projects/ml/statement/").status_code == 404
     assert client_of(team.viewer).get("/projects/ml/statement/?month=2026-13").status_code == 400
     assert "No charged use" in client_of(team.viewer).get("/projects/ml/statement/?month=2020-01").content.decode()
+
+
+def test_my_jobs_shows_a_teammates_job_with_its_project_and_owner(team, pool):
+    from ..drive import queued_job
+
+    job = queued_job(team.member, project="ml")
+    html = client_of(team.viewer).get("/").content.decode()
+    assert f"/jobs/{job.pk}/" in html and "ml · mia" in html

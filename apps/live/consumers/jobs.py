@@ -54,7 +54,7 @@ class JobListConsumer(LiveConsumer):
     def snapshot(self, user) -> str:
         stamp = stamp_ms()
         # An array is one row (its task 0 stands for it: render_row renders the array's row).
-        jobs = jobs_grouped_of(user).prefetch_related("leases")[:LIST_SNAPSHOT_ROWS]
+        jobs = jobs_grouped_of(user).select_related("project", "owner").prefetch_related("leases")[:LIST_SNAPSHOT_ROWS]
         return "".join(render_row(job, stamp=stamp) for job in jobs)
 
     def render_change(self, user, event: dict) -> str:
@@ -63,8 +63,6 @@ class JobListConsumer(LiveConsumer):
             return ""
         stamp = stamp_ms()
         ids = event.get("jobs")
-        if ids is None:
-            jobs = list(jobs_of(user).prefetch_related("leases")[:LIST_SNAPSHOT_ROWS])
-        else:
-            jobs = list(jobs_of(user).filter(pk__in=ids).prefetch_related("leases"))
+        listed = jobs_of(user).select_related("project", "owner").prefetch_related("leases")
+        jobs = list(listed[:LIST_SNAPSHOT_ROWS] if ids is None else listed.filter(pk__in=ids))
         return "".join(render_row(job, stamp=stamp) for job in jobs)

@@ -258,13 +258,17 @@ def gpus_text(job: Job) -> tuple[int, str]:
 
 def list_row_context(job: Job, *, stamp: int | None = None) -> dict[str, Any]:
     """What one row of "My jobs" shows; ``job.money`` (from its leases), ``job.duration``
-    (:func:`run_duration`) and ``job.gpus_split`` (:func:`gpus_text`) are set on ``job``, so a page
+    (:func:`run_duration`), ``job.gpus_split`` (:func:`gpus_text`) and, for a shared project's job,
+    ``job.shared_in`` and ``job.shared_by`` (its project and owner) are set on ``job``, so a page
     that includes ``jobs/_row.html`` for each job of a page shows the same as a push."""
     stamp = stamp_ms() if stamp is None else stamp
     now = clock.now()
     job.money = job_money(job.leases.all(), now)
     job.duration = run_duration(job, now)
     job.gpus_split = gpus_text(job)[1]
+    # a shared project's job says whose it is (the same for every member who sees the row)
+    shared = job.project_id is not None and not job.project.is_personal
+    job.shared_in, job.shared_by = (job.project.name, job.owner.get_username()) if shared else ("", "")
     return {"job": job, "version": f"{job.event_seq} {stamp}", "selectable": True}
 
 

@@ -65,7 +65,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     flt = job_filter_parse(request.GET)
     # narrowed: every job on its own; all: an array is one row (apps.jobs.arrays)
     jobs = jobs_search(request.user, flt) if flt.active else jobs_grouped_of(request.user)
-    page = Paginator(jobs.select_related("array").prefetch_related("leases"),
+    page = Paginator(jobs.select_related("array", "project", "owner").prefetch_related("leases"),
                      JOBS_PER_PAGE).get_page(request.GET.get("page"))
     stamp = stamp_ms()
     arrays = {job.array_id for job in page if job.array_id is not None and not flt.active}
@@ -352,7 +352,7 @@ def array_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One array: its counts by state (live), its tasks 50 a page by index (``?state=``), cancel."""
     array = array_own_or_404(request.user, pk)
     state = request.GET.get("state", "")
-    tasks = array.jobs.order_by("array_index").prefetch_related("leases")
+    tasks = array.jobs.order_by("array_index").select_related("project", "owner").prefetch_related("leases")
     if state in JobState.values:
         tasks = tasks.filter(state=state)
     else:
