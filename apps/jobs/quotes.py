@@ -10,9 +10,10 @@ from typing import Any
 from apps.artifacts.models import Upload
 from apps.core import clock
 from apps.core.types import ComputeRequest
-from apps.metering.limits import spend_check
+from apps.metering.limits import SpendCheck, project_limit, project_spend_check, spend_check
 from apps.metering.pricing import worst_case_price
 from apps.metering.selectors import price_estimate, rate_table
+from apps.projects.models import Project
 from apps.scheduling.adapter import start_quotes
 
 from .services.submit import spec_validate
@@ -90,7 +91,8 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     tasks = spec.array or 1  # a job array's worst case is N times one task's
     table = rate_table(now)
     worst = worst_case_price(compute_request(compute), table, tasks=tasks).amount
-    check = spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table)
+    check = _binding(spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table),
+                     _project_check(spec._project_id, worst, now, table))
     columns = requirement_columns(spec.model_dump(mode="json"))
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
@@ -100,8 +102,29 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
         "spend_limit": {
             "limit": _money(check.limit), "spent": _money(check.spent), "committed": _money(check.committed),
             "left": _money(check.left), "fits": check.fits, "shortfall": _money(check.shortfall),
-            "month_start": check.month_start.isoformat(),
+            "month_start": check.month_start.isoformat(), "project": check.project or None,
         },
         "quotes": model_quotes(owner=owner, request=compute_request(compute), by_model=estimate.rows,
                                needs_runtime=columns["needs_runtime"], mixed_models=columns["mixed_models"], now=now),
     }
+
+
+def _project_check(project_id: int | None, worst, now, table) -> SpendCheck | None:
+    project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+    if project is None or project_limit(project) is None:
+        return None
+    return project_spend_check(project=project, worst_case=worst, now=now, table=table)
+
+
+def _binding(account: SpendCheck, project: SpendCheck | None) -> SpendCheck:
+    """The limit that binds a submit (the one the answer shows): one the job does not fit (both: the
+    larger shortfall), else the one with less left (the account's when the project has none)."""
+    if project is None:
+        return account
+    if account.fits != project.fits:
+        return project if account.fits else account
+    if not account.fits:
+        return project if project.shortfall > account.shortfall else account
+    if account.left is None:
+        return project
+    return project if project.left is not None and project.left < account.left else account

@@ -85,3 +85,17 @@ def test_a_projects_alert_shows_its_owners_and_admins_once_spend_passes_the_thre
     assert banner in client_of(team.owner).get("/projects/").content.decode()
     assert banner in client_of(team.admin).get("/projects/").content.decode()
     assert banner not in client_of(team.member).get("/projects/").content.decode()
+
+
+def test_a_dry_run_quotes_against_the_projects_limit_when_it_binds(team, pool):
+    from .conftest import client_of
+
+    team.project.spend_limit = Decimal("1.00")
+    team.project.save()
+    body = client_of(team.member).post("/api/v1/jobs/?dry_run=1", spec(project="ml", compute=ONE_HOUR_H100),
+                                       content_type="application/json").json()
+    assert body["spend_limit"]["project"] == "ml" and body["spend_limit"]["fits"] is False
+    assert body["spend_limit"]["limit"] == "1.00"
+    personal = client_of(team.member).post("/api/v1/jobs/?dry_run=1", spec(compute=ONE_HOUR_H100),
+                                           content_type="application/json").json()
+    assert personal["spend_limit"]["project"] is None and personal["spend_limit"]["fits"] is True
