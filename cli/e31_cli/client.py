@@ -11,6 +11,7 @@ import httpx
 from . import __version__
 from .config import Settings
 from .errors import CliError, Exit
+from .specfile import SpecFile
 
 TIMEOUT_S = 30.0  # seconds per request (connect, read, write): a long upload still streams
 
@@ -137,9 +138,13 @@ class Api:
         """``GET /jobs/{id}/``."""
         return self.json("GET", f"/jobs/{job_id}/")
 
-    def jobs(self, *, state: str | None = None, limit: int | None = 50) -> list[dict[str, Any]]:
-        """My jobs, newest first, following pages up to ``limit`` (None: all)."""
+    def jobs(self, *, state: str | None = None, limit: int | None = 50,
+             project: str | None = None) -> list[dict[str, Any]]:
+        """My jobs (``project``: every job of that project, all members'), newest first, following
+        pages up to ``limit`` (None: all)."""
         params: dict[str, Any] = {"state": state} if state else {}
+        if project:
+            params["project"] = project
         out: list[dict[str, Any]] = []
         page = self.json("GET", "/jobs/", params=params)
         while True:
@@ -167,3 +172,22 @@ class Api:
             params["rank"] = rank
         resp = self.request("GET", f"/jobs/{job_id}/logs/", params=params)
         return resp.content, int(resp.headers.get("X-Next-Offset", offset + len(resp.content)))
+
+    def submit(self, spec: SpecFile, *, dry_run: bool = False) -> dict[str, Any]:
+        """``POST /jobs/`` as multipart: the spec's text and its ``upload:`` files (``dry_run``:
+        ``?dry_run=1``, the files as empty parts that carry only their names). The answer: the job,
+        an array (``array_id``, ``job_ids``) or, for a dry run, the quote.
+
+        Raises:
+            CliError: as :meth:`request` (400: the spec's errors field by field).
+        """
+        files: list[tuple[str, Any]] = [
+            ("files", (name, b"" if dry_run else path.open("rb"), "application/octet-stream"))
+            for name, path in spec.attachments]
+        try:
+            return self.json("POST", "/jobs/", params={"dry_run": "1"} if dry_run else None,
+                             data={"spec": spec.text}, files=files or None)
+        finally:
+            for _field, (_name, fh, _type) in files:
+                if hasattr(fh, "close"):
+                    fh.close()

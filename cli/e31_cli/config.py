@@ -5,6 +5,9 @@ Precedence, highest first: the ``--url`` option (URL only), the environment
 ``$E31_CONFIG_DIR/config.json``, else ``$XDG_CONFIG_HOME/e31/config.json``,
 else ``~/.config/e31/config.json`` (``%APPDATA%\\e31`` on Windows). The file
 is written with mode 0600 in a 0700 directory: it holds an API token.
+
+The same file keeps the default project ``e31 project use NAME`` chose (``"project"``), which
+``E31_PROJECT`` overrides; none (or ``~``): the personal project.
 """
 from __future__ import annotations
 
@@ -21,17 +24,22 @@ from urllib.parse import urlsplit
 from .errors import usage
 
 FILE_NAME = "config.json"
+KEYS = ("url", "token", "project")  # what the file may hold
+PERSONAL = "~"  # a project option or default that means "my personal project"
 
 
 @dataclass(frozen=True)
 class Settings:
     """The server base URL (no trailing slash) and API token, with where each came from
-    (``"option"``, ``"env"``, ``"file"`` or ``""`` when unset)."""
+    (``"option"``, ``"env"``, ``"file"`` or ``""`` when unset), and the default project
+    (``""``: the personal one) with where it came from (``"env"``, ``"file"`` or ``""``)."""
 
     url: str
     token: str
     url_from: str
     token_from: str
+    project: str = ""
+    project_from: str = ""
 
 
 def config_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -51,7 +59,7 @@ def config_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def load_file(path: Path) -> dict[str, str]:
-    """The saved ``{"url", "token"}``; empty when there is no file.
+    """The saved ``{"url", "token", "project"}`` (those present); empty when there is no file.
 
     Raises:
         CliError: (usage, exit 2) the file exists but is not a JSON object.
@@ -64,12 +72,13 @@ def load_file(path: Path) -> dict[str, str]:
         raise usage(f"cannot read {path}: {exc}; run `e31 login` again") from None
     if not isinstance(data, dict):
         raise usage(f"{path} is not a JSON object; run `e31 login` again")
-    return {k: str(v) for k, v in data.items() if k in ("url", "token") and v}
+    return {k: str(v) for k, v in data.items() if k in KEYS and v}
 
 
-def save_file(path: Path, *, url: str, token: str) -> None:
-    """Write ``{"url", "token"}`` to ``path``, mode 0600 from the first byte in a 0700 directory
-    (an existing directory open to others is narrowed to 0700), replacing the old file atomically.
+def save_file(path: Path, *, url: str, token: str, project: str = "") -> None:
+    """Write ``{"url", "token", "project"}`` (those not empty) to ``path``, mode 0600 from the first
+    byte in a 0700 directory (an existing directory open to others is narrowed to 0700), replacing
+    the old file atomically.
 
     The bytes go to a fresh temporary file in the same directory, created with ``O_EXCL``
     (``tempfile.mkstemp``: a link planted at any name there is never followed), then renamed over
@@ -85,7 +94,8 @@ def save_file(path: Path, *, url: str, token: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")  # 0600, O_EXCL
     try:
         try:
-            os.write(fd, (json.dumps({"url": url, "token": token}, indent=1) + "\n").encode())
+            data = {k: v for k, v in (("url", url), ("token", token), ("project", project)) if v}
+            os.write(fd, (json.dumps(data, indent=1) + "\n").encode())
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -129,7 +139,27 @@ def resolve(*, url_option: str | None = None, environ: Mapping[str, str] | None 
         if value:
             token, token_from = value.strip(), source
             break
-    return Settings(url=url, token=token, url_from=url_from, token_from=token_from)
+    project, project_from = "", ""
+    for value, source in ((env.get("E31_PROJECT"), "env"), (saved.get("project"), "file")):
+        if value and value.strip():
+            project, project_from = value.strip(), source
+            break
+    if project == PERSONAL:
+        project = ""
+    return Settings(url=url, token=token, url_from=url_from, token_from=token_from, project=project,
+                    project_from=project_from)
+
+
+def save_project(path: Path, project: str) -> None:
+    """Keep ``project`` as the default in the saved file (``""``: forget it, back to personal),
+    keeping the URL and token it holds (a file with no login yet holds the project alone).
+
+    Raises:
+        CliError: (usage, exit 2) the file exists but is not a JSON object.
+        OSError: the file cannot be written.
+    """
+    saved = load_file(path)
+    save_file(path, url=saved.get("url", ""), token=saved.get("token", ""), project=project)
 
 
 def require(settings: Settings) -> Settings:

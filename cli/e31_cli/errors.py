@@ -49,20 +49,22 @@ class CliError(Exception):
         code: the process exit code.
         fields: ``{"field.path": ["message", ...]}`` from the API (400), else empty.
         status: the HTTP status when the error came from the server, else None.
+        extra: more keys of the ``--json`` error (a pipeline stopped midway: what was submitted).
     """
 
     def __init__(self, message: str, code: Exit, *, fields: dict[str, list[str]] | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.fields = fields or {}
         self.status = status
+        self.extra = extra or {}
 
     def to_json(self) -> dict[str, Any]:
-        """``{"error": {"message", "code", "status", "fields"}}`` for ``--json`` output."""
+        """``{"error": {"message", "code", "status", "fields", ...extra}}`` for ``--json`` output."""
         return {"error": {"message": self.message, "code": int(self.code), "status": self.status,
-                          "fields": self.fields}}
+                          "fields": self.fields, **self.extra}}
 
 
 def usage(message: str) -> CliError:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .commands import arrays, auth, get, jobs, logs, secrets, tokens, usage
+from .commands import arrays, auth, get, jobs, logs, projects, secrets, tokens, usage
 from .context import Ctx
 from .errors import CliError, Exit
 from .output import Out
@@ -23,6 +23,7 @@ exit codes:
 
 configuration: `e31 login` saves the URL and token (mode 0600) in $E31_CONFIG_DIR,
 $XDG_CONFIG_HOME/e31 or ~/.config/e31; E31_URL and E31_TOKEN override it; --url overrides both.
+`e31 project use NAME` keeps a default project there (E31_PROJECT overrides it; --project beats both).
 """
 
 
@@ -48,7 +49,7 @@ def build_parser() -> Parser:
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for module in (auth, jobs, arrays, logs, get, usage, secrets, tokens):
+    for module in (auth, jobs, arrays, logs, get, usage, projects, secrets, tokens):
         module.register(sub, common)
     return parser
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
+import yaml
 from e31_cli import context
 from e31_cli.client import Api
 
@@ -44,3 +47,17 @@ def json_response(status: int, body: object = None) -> httpx.Response:
     return httpx.Response(status, content=b"" if body is None else json.dumps(body).encode(),
                           headers={"Content-Type": "application/json"})
 
+
+
+def submitted_spec(request: httpx.Request) -> Any:
+    """The ``spec`` field of a submit (``POST /jobs/``), parsed: a multipart part when files are
+    attached, else a urlencoded form field."""
+    content_type = request.headers["Content-Type"]
+    if content_type.startswith("application/x-www-form-urlencoded"):
+        return yaml.safe_load(parse_qs(request.content.decode())["spec"][0])
+    boundary = content_type.split("boundary=")[1].encode()
+    for part in request.content.split(b"--" + boundary):
+        head, _, body = part.partition(b"\r\n\r\n")
+        if b'name="spec"' in head:
+            return yaml.safe_load(body.rsplit(b"\r\n", 1)[0].decode())
+    raise AssertionError("the submit has no spec")

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..client import Api
-from ..config import Settings, config_path, normalize_url, save_file
+from ..config import Settings, config_path, load_file, normalize_url, save_file
 from ..errors import Exit, usage
 from ..output import cell
 
@@ -49,7 +49,10 @@ def login(args: argparse.Namespace, ctx: Ctx) -> int:
     with Api(Settings(url=url, token=token, url_from="option", token_from="option")) as api:
         api.json("GET", "/pool/")  # 401 for a wrong token, exit 7 for an unreachable server
     path = config_path()
-    save_file(path, url=url, token=token)
+    saved = load_file(path)
+    # The default project (`e31 project use`) names a project of that server: kept for the same URL only.
+    project = saved.get("project", "") if saved.get("url") == url else ""
+    save_file(path, url=url, token=token, project=project)
     if ctx.out.json_mode:
         ctx.out.emit({"url": url, "config": str(path)})
     else:

@@ -6,30 +6,43 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..client import Api
-from ..errors import Exit
+from ..config import PERSONAL
+from ..errors import Exit, usage
 from ..follow import RankLines, follow_array, follow_job, job_nodes, outcome_exit, write_raw
 from ..output import Out, cell, duration, money, outcome_text, size, state_text, when
-from ..specfile import SpecFile, read_spec
+from ..pipeline import is_pipeline
+from ..specfile import read_spec, with_project
+from .pipelines import submit_pipeline
 
 if TYPE_CHECKING:
     from ..context import Ctx
 
 STATES = ("queued", "rented", "running", "output", "released")
+PROJECT_HELP = ("the project to submit to; wins over the spec's own `project:`, which wins over the default "
+                "(`e31 project use`, E31_PROJECT); `~`: my personal project")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add the job commands."""
-    p = sub.add_parser("submit", parents=[common], help="submit a job spec (attaching its upload: files)",
+    p = sub.add_parser("submit", parents=[common], help="submit a job spec or a pipeline (attaching upload: files)",
                        description="Submit SPEC (YAML or JSON, SPEC §2). Every `upload:<name>` in its data is "
                                    "looked for beside the spec and attached. Exit 0 once accepted; with "
-                                   "--watch, 0 only when the job (every task of an array) succeeded.")
-    p.add_argument("spec", metavar="SPEC", help="the job spec file, e.g. examples/training/job.yaml")
-    p.add_argument("-w", "--watch", action="store_true", help="follow the job to its end, streaming its log")
+                                   "--watch, 0 only when the job (every task of an array) succeeded. A file with "
+                                   "`steps:` is a pipeline (SPEC §7 \"Pipelines\"): its steps are checked (every "
+                                   "`after: [{step: NAME}]` names a step above; a dry run of each), then submitted "
+                                   "in order, each `{step: NAME}` becoming that step's job or array id.")
+    p.add_argument("spec", metavar="SPEC", help="the job spec or pipeline file, e.g. examples/training/job.yaml")
+    p.add_argument("-w", "--watch", action="store_true",
+                   help="follow the job to its end, streaming its log (a pipeline: every step, without logs)")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="print only the job id (an array: its job ids, one a line); no log, no notes")
+                   help="print only the job id (an array or a pipeline: its job ids, one a line); no log, no notes")
+    p.add_argument("-p", "--project", metavar="NAME", help=PROJECT_HELP + " (a pipeline: every step)")
     p.set_defaults(func=submit)
 
-    p = sub.add_parser("ls", parents=[common], help="my jobs, newest first")
+    p = sub.add_parser("ls", parents=[common], help="my jobs, newest first (--project: a project's, with owners)")
+    p.add_argument("-p", "--project", metavar="NAME",
+                   help="every job of project NAME, all members' (default: the `e31 project use` one, else "
+                        "mine and those of every project I am in; `~`: my personal project's)")
     p.add_argument("--state", choices=STATES, help="only jobs in this state")
     p.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
     p.add_argument("-a", "--all", action="store_true", help="every job (all pages)")
@@ -57,27 +70,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                                    "its worst case (time limit x GPUs x the highest rate of its models) and "
                                    "held against your monthly spend limit. Exit 4 when it would not fit.")
     p.add_argument("spec", metavar="SPEC")
+    p.add_argument("-p", "--project", metavar="NAME", help=PROJECT_HELP)
     p.set_defaults(func=price)
-
-
-def _multipart(spec: SpecFile, *, names_only: bool = False) -> tuple[dict[str, str], list[tuple[str, Any]]]:
-    """The form (``spec``) and files of a multipart submit; ``names_only``: empty files that
-    carry only the names (a dry run counts attachments by name)."""
-    files: list[tuple[str, Any]] = []
-    for name, path in spec.attachments:
-        files.append(("files", (name, b"" if names_only else path.open("rb"), "application/octet-stream")))
-    return {"spec": spec.text}, files
-
-
-def _post_spec(api: Api, spec: SpecFile, *, dry_run: bool = False) -> dict[str, Any]:
-    data, files = _multipart(spec, names_only=dry_run)
-    try:
-        return api.json("POST", "/jobs/", params={"dry_run": "1"} if dry_run else None, data=data,
-                        files=files or None)
-    finally:
-        for _field, (_name, fh, _type) in files:
-            if hasattr(fh, "close"):
-                fh.close()
 
 
 def submit(args: argparse.Namespace, ctx: Ctx) -> int:
@@ -85,11 +79,14 @@ def submit(args: argparse.Namespace, ctx: Ctx) -> int:
     spec = read_spec(args.spec)
     if args.quiet and not ctx.out.json_mode:
         ctx.out = Out(quiet=True)
+    if is_pipeline(spec.document):
+        return submit_pipeline(args, ctx, spec)
+    spec = with_project(spec, option=args.project, default=ctx.settings().project)
     with ctx.api() as api:
         if spec.attachments:
             total = sum(path.stat().st_size for _, path in spec.attachments)
             ctx.out.note(f"[dim]attaching {', '.join(cell(n) for n, _ in spec.attachments)} ({size(total)})[/]")
-        created = _post_spec(api, spec)
+        created = api.submit(spec)
         if "job_ids" in created:  # a job array
             return _submitted_array(api, ctx.out, created, watch=args.watch)
         return _submitted_job(api, ctx.out, created, watch=args.watch, verb="Submitted")
@@ -157,18 +154,32 @@ def _finished(jobs: list[dict[str, Any]], out: Out, *, emit: dict[str, Any]) -> 
 
 
 def ls(args: argparse.Namespace, ctx: Ctx) -> int:
-    """``GET /api/v1/jobs/`` as a table (or a JSON list)."""
+    """``GET /api/v1/jobs/`` as a table (or a JSON list): a project's (``?project=``, ``--project`` or the
+    default) with an OWNER column; else mine and my projects' (PROJECT and OWNER columns when any is
+    a team's)."""
+    project = args.project.strip() if args.project is not None else ctx.settings().project
     with ctx.api() as api:
-        jobs = api.jobs(state=args.state, limit=None if args.all else max(args.limit, 1))
+        if project == PERSONAL:  # the personal project's name is ~username: ask which
+            rows = api.json("GET", "/projects/").get("results", [])
+            project = next((r["name"] for r in rows if r.get("personal")), "")
+        jobs = api.jobs(state=args.state, limit=None if args.all else max(args.limit, 1), project=project or None)
     if ctx.out.json_mode:
         ctx.out.emit(jobs)
         return Exit.OK
     if not jobs:
-        ctx.out.note("No jobs yet. Submit one: e31 submit examples/training/job.yaml")
+        where = f" in project {cell(project)}" if project else ""
+        ctx.out.note(f"No jobs{where} yet. Submit one: e31 submit examples/training/job.yaml"
+                     + (f" --project {cell(project)}" if project else ""))
         return Exit.OK
-    ctx.out.table(["ID", "NAME", "STATE", "GPUS", "SUBMITTED", "RUN", "COST"], [
-        (j["id"], _name(j), state_text(j), _gpus(j), when(j["submitted_at"]), duration(_run_seconds(j)),
-         money(j.get("cost"))) for j in jobs])
+    teams = not project and any(j.get("project") and not str(j["project"]).startswith("~") for j in jobs)
+    if project:
+        ctx.out.note(f"[dim]project {cell(project)}[/]")
+    head = ["ID", "NAME", *(["PROJECT"] if teams else []), *(["OWNER"] if project or teams else []),
+            "STATE", "GPUS", "SUBMITTED", "RUN", "COST"]
+    ctx.out.table(head, [
+        (j["id"], _name(j), *([cell(j.get("project"))] if teams else []),
+         *([cell(j.get("owner"))] if project or teams else []), state_text(j), _gpus(j), when(j["submitted_at"]),
+         duration(_run_seconds(j)), money(j.get("cost"))) for j in jobs])
     return Exit.OK
 
 
@@ -255,8 +266,11 @@ def price(args: argparse.Namespace, ctx: Ctx) -> int:
     """``POST /api/v1/jobs/?dry_run=1``: worst case, when it would start on each GPU model, and
     the spend limit. Exit 4 when it would not fit."""
     spec = read_spec(args.spec)
+    if is_pipeline(spec.document):
+        raise usage(f"{args.spec} is a pipeline (it has steps:); `e31 submit` checks every step with a dry run")
+    spec = with_project(spec, option=args.project, default=ctx.settings().project)
     with ctx.api() as api:
-        quote = _post_spec(api, spec, dry_run=True)
+        quote = api.submit(spec, dry_run=True)
     limit = quote.get("spend_limit") or {}
     fits = limit.get("fits", True) is not False
     if ctx.out.json_mode:
