@@ -258,3 +258,26 @@ def test_a_failing_job_exits_1_and_cancel_stops_a_running_one(live, tmp_path):
     stdout, stderr = watching.communicate(timeout=60)
     assert watching.returncode == 1 and "about to fail" in stdout and "failed" in stderr
     assert "Traceback" not in stderr
+
+
+def test_the_pipeline_example_runs_end_to_end_and_a_failed_task_cancels_evaluate(live, tmp_path):
+    """Issue 25: the three steps from one YAML file; with FAIL_TASK 2, evaluate is released cancelled
+    with the reason. Both pipelines at once."""
+    import shutil
+
+    failing = tmp_path / "pipeline"
+    shutil.copytree(EXAMPLES / "pipeline", failing)
+    path = failing / "pipeline.yaml"
+    path.write_text(path.read_text().replace('FAIL_TASK: ""', 'FAIL_TASK: "2"'))
+    good = live.popen("--json", "submit", "--watch", str(EXAMPLES / "pipeline" / "pipeline.yaml"))
+    bad = live.popen("--json", "submit", "--watch", str(path))
+    _, stderr = good.communicate(timeout=180)
+    assert good.returncode == 0 and "Traceback" not in stderr, stderr
+    _, stderr = bad.communicate(timeout=180)
+    assert bad.returncode == 1 and "Traceback" not in stderr
+    listed = json.loads(live.e31("--json", "ls", "--all").stdout)
+    evaluates = sorted((j for j in listed if j["name"] == "linefit-evaluate"), key=lambda j: j["id"])
+    assert [j["outcome"] for j in evaluates] == ["succeeded", "cancelled"], evaluates
+    events = json.loads(live.e31("--json", "status", str(evaluates[1]["id"])).stdout)
+    assert "its dependency can no longer be met" in json.dumps(events)
+
