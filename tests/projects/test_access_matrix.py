@@ -105,8 +105,12 @@ def test_a_projects_array_is_shared_and_only_admins_and_owners_cancel_a_teammate
 
     submitted = array_submit(owner=team.member, document=spec(project="ml", array=3))
     url = f"/api/v1/arrays/{submitted.array.pk}/"
-    assert client_of(team.viewer).get(url).status_code == 200
-    assert client_of(team.stranger).get(url).status_code == 404
+    for role in ROLES:
+        client = client_of(team.by_role().get(role))
+        for page, anonymous in ((url, 401), (f"/arrays/{submitted.array.pk}/", 302),
+                                (f"/api/v1/jobs/?array={submitted.array.pk}", 401)):
+            expected = 200 if role in SEES else anonymous if role is None else 404
+            assert client.get(page).status_code == expected, (role, page)
     assert client_of(team.viewer).post(url + "cancel/").status_code == 403
     assert client_of(team.admin).post(url + "cancel/").status_code == 200
     details = set(JobEvent.objects.filter(job_id__in=submitted.job_ids).values_list("detail", flat=True))
