@@ -119,7 +119,21 @@ class LeaseGpu(models.Model):
         return f"GPU {self.gpu_id} in lease {self.lease_id}{' (open)' if self.open else ''}"
 
 
-class BudgetAlert(models.Model):
+class _MonthAlert(models.Model):
+    """What a month's alert holds: the month's first day, the threshold passed (percent), the limit
+    then (USD) and the spend that passed it (USD, 6 places), and when."""
+
+    month = models.DateField()
+    threshold_percent = models.PositiveSmallIntegerField()
+    limit = models.DecimalField(max_digits=12, decimal_places=2)
+    spent = models.DecimalField(max_digits=14, decimal_places=6)
+    raised_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+
+
+class BudgetAlert(_MonthAlert):
     """An account's month's spend passed its alert threshold (issue 16): one row per account and month.
 
     ``month`` is the first day of the calendar month in the account's time zone. The row is made by
@@ -131,11 +145,6 @@ class BudgetAlert(models.Model):
     """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget_alerts")
-    month = models.DateField()
-    threshold_percent = models.PositiveSmallIntegerField()
-    limit = models.DecimalField(max_digits=12, decimal_places=2)
-    spent = models.DecimalField(max_digits=14, decimal_places=6)
-    raised_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["owner", "month"], name="one_budget_alert_per_month")]
@@ -144,17 +153,12 @@ class BudgetAlert(models.Model):
         return f"budget alert {self.month:%Y-%m} of {self.owner_id} at {self.threshold_percent}%"
 
 
-class ProjectBudgetAlert(models.Model):
+class ProjectBudgetAlert(_MonthAlert):
     """A project's month's spend passed its alert threshold (issue 25 item 3): one row per project and
     month (the site's time zone), as :class:`BudgetAlert` is per account. ``limit`` is the lower of the
     operator's limit and the owner's budget when it was raised (USD); ``spent`` every member's cost."""
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="budget_alerts")
-    month = models.DateField()
-    threshold_percent = models.PositiveSmallIntegerField()
-    limit = models.DecimalField(max_digits=12, decimal_places=2)
-    spent = models.DecimalField(max_digits=14, decimal_places=6)
-    raised_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "month"], name="one_project_alert_per_month")]
