@@ -252,3 +252,22 @@ def project_set_budget(*, actor, project: Project, budget, alert_percent=None) -
     project.budget = budget
     project.save(update_fields=["budget", "alert_percent"])
     return project
+
+
+def project_delete(*, actor, project: Project) -> None:
+    """Delete ``project`` (owners only), its memberships, secrets and service tokens with it. A
+    project that holds jobs stays: their bills and outputs name it.
+
+    Raises:
+        ProjectError: not an owner (403/404), the personal project or one with jobs (400 ``project``).
+    """
+    _check(actor, project, Action.DELETE)
+    if project.is_personal:
+        raise ProjectError("project", "A personal project cannot be deleted.")
+    if project.jobs.exists():
+        raise ProjectError("project", f"Project {project.name} has jobs: it stays, as their bills and outputs "
+                                      "name it. Remove its members instead.")
+    with transaction.atomic():
+        bots = list(project.memberships.filter(service=True).values_list("user_id", flat=True))
+        project.delete()
+        get_user_model().objects.filter(pk__in=bots).update(is_active=False)

@@ -82,3 +82,13 @@ def test_only_an_owner_sets_the_budget_and_only_below_the_operators_limit(team):
         "alert_percent": ["alert_percent must be a whole number from 1 to 100."]}
     done = owner.patch(url, {"budget": "100", "alert_percent": 90}, content_type="application/json").json()
     assert (done["budget"], done["alert_percent"], done["spend_limit"]) == ("100.00", 90, "500.00")
+
+
+def test_an_owner_deletes_a_project_without_jobs_only(team, pool):
+    assert client_of(team.admin).delete("/api/v1/projects/ml/").status_code == 403
+    job_submit(owner=team.member, document=spec(project="ml"))
+    kept = client_of(team.owner).delete("/api/v1/projects/ml/")
+    assert kept.status_code == 400 and "has jobs" in kept.json()["project"][0]
+    assert client_of(team.stranger).delete("/api/v1/projects/other/").status_code == 204
+    assert client_of(team.stranger).get("/api/v1/projects/other/").status_code == 404
+    assert client_of(team.stranger).delete("/api/v1/projects/~sam/").status_code == 400

@@ -17,6 +17,7 @@ from ..services import (
     member_set_role,
     members_of,
     project_create,
+    project_delete,
     project_for,
     project_set_budget,
     projects_of,
@@ -90,6 +91,16 @@ class ProjectDetailView(APIView):
     def get(self, request, name: str):
         project = project_or_error(request, name)
         return Response(project_out(project, role_of(request.user, project)))
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, name: str):
+        """Delete a project without jobs (owners only)."""
+        project = project_or_error(request, name)
+        try:
+            project_delete(actor=request.user, project=project)
+        except ProjectError as e:
+            raise api_error(e) from None
+        return Response(status=204)
 
     @extend_schema(request=inline_serializer("ProjectBudget", {"budget": serializers.CharField(allow_null=True),
                                                                "alert_percent": serializers.IntegerField()}),
