@@ -13,6 +13,8 @@ the waits written in the trace (field 3), same jobs, no estimates.
     # issue 14: the goals (e31 against easy) on both traces and generated workloads, met or not
     .venv/bin/python benchmarks/policies.py --policies easy,e31 --no-recorded --goals \
         --traces kth,sdsc,gen-small,gen-huge,gen-bursty --out var/goals.json
+    # issue 25 item 4: SWF field 13 (the group) as the project, e31 by the fair tree; per-project figures
+    .venv/bin/python benchmarks/policies.py --policies easy,e31 --no-recorded --projects --traces kth,cea
     # issue 14 item 5: staging GPU-hours, cache hit rate, utilisation; pre-staging x cache affinity
     .venv/bin/python benchmarks/policies.py --data --policies e31 --traces kth,sdsc --limit 5000
 
@@ -46,6 +48,8 @@ TRACE_DIR = Path(os.environ.get("E31_TRACES", "/work/shared/traces"))
 TRACES = {
     "kth": ("KTH-SP2-1996-2.1-cln.swf.gz", 100, 1),
     "sdsc": ("SDSC-BLUE-2000-4.2-cln.swf.gz", 144, 8),
+    "llnl": ("LLNL-Thunder-2007-1.1-cln.swf.gz", 1002, 4),  # no groups (field 13 is -1)
+    "cea": ("CEA-Curie-2011-2.1-cln.swf.gz", 5544, 16),  # 5,040 thin nodes of 16 cores (the header's note)
     **{f"gen-{shape}": (f"generated/{shape}.swf", 64, 8) for shape in SHAPES},
 }
 GEN_DIR = ROOT / "var"
@@ -111,6 +115,8 @@ COLUMNS = [  # (key, header, format)
     ("wait_p50_s", "p50 s", "{:,.0f}"), ("wait_p95_s", "p95 s", "{:,.0f}"), ("wait_max_s", "max s", "{:,.0f}"),
     ("bsld_mean", "bsld", "{:.2f}"), ("bsld_p95", "bsld p95", "{:.1f}"),
     ("worst_account_bsld", "worst acct", "{:.1f}"), ("jain_accounts", "jain", "{:.3f}"),
+    ("projects", "projects", "{:,}"), ("worst_project_bsld", "worst proj", "{:.1f}"),
+    ("jain_projects", "jain proj", "{:.3f}"),
     ("estimate_within_60s", "est<=60s", "{:.3f}"), ("estimate_within_60s_waited", "est<=60s w", "{:.3f}"),
     ("estimate_abs_error_median_s", "est err p50 s", "{:,.0f}"),
     ("estimate_abs_error_median_waited_s", "est err p50 w s", "{:,.0f}"),
@@ -141,7 +147,9 @@ def trace_path(trace: str, gen_jobs: int = GEN_JOBS) -> Path:
     return path
 
 
-def run_one(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS) -> dict:
+def run_one(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS, projects: bool = False) -> dict:
+    """One replay (or the recorded schedule, or the independent EASY) of ``trace``; ``projects``:
+    the SWF group is the project and ``e31`` shares by the fair tree (issue 25 item 4)."""
     _name, nodes, gpus = TRACES[trace]
     path = trace_path(trace, gen_jobs)
     if policy == "reference":
@@ -152,7 +160,7 @@ def run_one(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS
     if policy == "recorded":
         out = recorded_trace(path, nodes=nodes, gpus_per_node=gpus, limit=limit)
     else:
-        out = simulate_trace(path, policy, nodes=nodes, gpus_per_node=gpus, limit=limit)
+        out = simulate_trace(path, policy, nodes=nodes, gpus_per_node=gpus, limit=limit, projects=projects)
     out["trace_key"] = trace
     return out
 
@@ -191,6 +199,23 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def project_table(results: list[dict]) -> str:
+    """Markdown, issue 25 item 4: per trace, the worst project's mean bsld and Jain's index over the
+    projects' mean bsld, each policy against ``easy`` (replays with ``--projects`` only)."""
+    by = {(r.get("trace_key"), r.get("policy")): r for r in results if "error" not in r}
+    lines = ["| trace | policy | projects | worst project bsld | / easy | Jain over projects | "
+             "worst account bsld | Jain over accounts |", "|---|---|---|---|---|---|---|---|"]
+    for (trace, policy), r in by.items():
+        if r.get("worst_project_bsld") is None:
+            continue
+        easy = (by.get((trace, "easy")) or {}).get("worst_project_bsld")
+        ratio = f"{r['worst_project_bsld'] / easy:.2f}x" if easy else "-"
+        lines.append(f"| {short(r['trace'])} | {policy} | {fmt(r.get('projects'), '{:,}')} | "
+                     f"{fmt(r['worst_project_bsld'], '{:.1f}')} | {ratio} | {fmt(r.get('jain_projects'), '{:.3f}')} | "
+                     f"{fmt(r.get('worst_account_bsld'), '{:.1f}')} | {fmt(r.get('jain_accounts'), '{:.3f}')} |")
+    return "\n".join(lines)
+
+
 def run_data(trace: str, policy: str, limit: int | None, gen_jobs: int = GEN_JOBS) -> dict:
     _name, nodes, gpus = TRACES[trace]
     return simulate_data(trace_path(trace, gen_jobs), policy, nodes=nodes, gpus_per_node=gpus, limit=limit)
@@ -218,11 +243,14 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=20000, help="first N jobs of each trace; 0 = whole trace")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma list of fifo, easy, e31")
-    parser.add_argument("--traces", default=",".join(TRACES), help="comma list of kth, sdsc")
+    parser.add_argument("--traces", default="kth,sdsc," + ",".join(t for t in TRACES if t.startswith("gen-")),
+                        help="comma list of " + ", ".join(TRACES))
     parser.add_argument("--no-recorded", action="store_true", help="leave out the recorded schedules")
     parser.add_argument("--workers", type=int, default=min(6, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--goals", action="store_true", help="print issue 14's goals, e31 against easy, met or not")
+    parser.add_argument("--projects", action="store_true", help="issue 25 item 4: SWF field 13 (the group) is "
+                        "the project and e31 shares by project, then user (fair tree); prints per-project figures")
     parser.add_argument("--gen-jobs", type=int, default=GEN_JOBS, help="jobs of each generated workload")
     parser.add_argument("--data", action="store_true", help="issue 14 item 5: pre-staging and cache affinity on "
                         "generated input data (four replays per trace, the first policy named); see --data of "
@@ -249,7 +277,7 @@ def main() -> dict:
     started = time.perf_counter()
     results: dict[tuple[str, str], dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        futures = {pool.submit(run_one, t, p, limit, args.gen_jobs): (t, p) for t, p in runs}
+        futures = {pool.submit(run_one, t, p, limit, args.gen_jobs, args.projects): (t, p) for t, p in runs}
         for fut in as_completed(futures):
             t, p = futures[fut]
             try:
@@ -259,6 +287,9 @@ def main() -> dict:
             print(f"done {t} {p} ({time.perf_counter() - started:,.0f} s)", file=sys.stderr)
     ordered = [results[k] for k in runs]
     print(table([r for r in ordered if "error" not in r and r["policy"] != "reference"]))
+    if args.projects:
+        print()
+        print(project_table(ordered))
     for r in ordered:
         if "error" in r:
             print(f"\n{r['trace']} {r['policy']}: FAILED {r['error']}")

@@ -31,7 +31,7 @@ from .state import transition
 
 QUEUE_COLUMNS = ("id", "owner_id", "submitted_at", "gpus_per_node", "nodes", "time_limit_s", "priority_boost",
                  "gpu_models", "gpu_memory_mib", "cpus", "memory_mib", "needs_runtime", "mixed_models",
-                 "queue_position", "estimated_start_at", "pending_reason", "latest_start_at")
+                 "queue_position", "estimated_start_at", "pending_reason", "latest_start_at", "project_id")
 HOLD_COLUMNS = ("id", "node_id", "rented_at", "time_limit_s", "predicted_runtime_s", "job__cpus", "job__memory_mib")
 
 
@@ -53,7 +53,7 @@ class DatabaseJobQueue:
                                    latest_s=_epoch("latest_start_at")).values_list(*cols)
             return [QueuedJob(*r[:7], tuple(r[7] or ()), *r[8:]) for r in rows]
         return [QueuedJob(*r[:2], r[2].timestamp(), *r[3:7], tuple(r[7] or ()), *r[8:14],
-                          r[14].timestamp() if r[14] else None, r[15], r[16].timestamp() if r[16] else None)
+                          r[14].timestamp() if r[14] else None, r[15], r[16].timestamp() if r[16] else None, r[17])
                 for r in queued.values_list(*QUEUE_COLUMNS)]
 
     def held_back(self, *, now: datetime) -> tuple[dict[int, str], set[int]]:

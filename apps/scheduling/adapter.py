@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -28,22 +29,40 @@ from apps.core.observe import observe
 from apps.core.units import GB, MIB, bytes_to_mib, mib_to_gb
 from apps.pool.models import Gpu, Node
 from apps.pool.notify import node_wake
+from apps.projects.models import Membership, Project
 
-from .core import GpuSlot, JobRequest, NodeView, PolicyConfig, held_until, job_request, predict_runtime, schedule
+from .core import (
+    FairShares,
+    GpuSlot,
+    JobRequest,
+    NodeView,
+    PolicyConfig,
+    held_until,
+    job_request,
+    predict_runtime,
+    schedule,
+    tree_project,
+    usage_key,
+)
 from .core.matching import model_matches, model_trials, node_could_ever_hold, one_kind
 from .core.prestage import prestage_targets
 from .core.requests import Requirements
 from .models import SchedulerCycle
 from .node_cache import cached_inputs
 from .ports import JobQueue, PositionChange, QueuedJob, job_queue
-from .usage import usage_now
+from .usage import usage_by_association, usage_now
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
 
 
+LIVE_FAIRSHARE = "tree"  # issue 25 item 4: the live site shares by project, then by user (fair tree)
+
+
 def policy_from_settings(name: str | None = None) -> PolicyConfig:
-    """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults,
+    """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults
+    (fair share by the fair tree, :data:`LIVE_FAIRSHARE`; ``E31_POLICY_FAIRSHARE=classic`` for the
+    per-account classic factor),
     overridden field by field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
     The simulator reads it too, so a replay runs the settings the live site runs.
 
@@ -51,7 +70,7 @@ def policy_from_settings(name: str | None = None) -> PolicyConfig:
         ImproperlyConfigured: an override names no field of :class:`PolicyConfig` or has a bad value.
     """
     base = PolicyConfig(name=name or settings.E31_SCHEDULER_POLICY,
-                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S)
+                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S, fairshare=LIVE_FAIRSHARE)
     fields = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     changes = {}
     for key, raw in settings.E31_POLICY_OVERRIDES.items():
@@ -295,11 +314,12 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
         views = pool_views(now)
         _add_cache_views(views, queue.staging_rates())
         usage = usage_now(now)
-        requests, predicted = _requests(rows, queue, usage)
+        fair = fair_inputs(rows, now)
+        requests, predicted = _requests(rows, queue, usage, fair.projects)
         policy = policy_from_settings()
-        decision = schedule(requests, views, now.timestamp(), policy,
-                            usage={str(o): u.decayed_gpu_seconds for o, u in usage.items()},
-                            promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None})
+        decision = schedule(requests, views, now.timestamp(), policy, usage=fair.usage,
+                            promises={r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None},
+                            fair=fair.shares)
         by_id = {r.job_id: r for r in rows}
         req_by_id = {r.job_id: r for r in requests}
         quarantined = quarantine_views()
@@ -342,9 +362,55 @@ def schedule_cycle(now: datetime | None = None) -> dict[str, float | int]:
             "written": len(changed)}
 
 
-def _requests(rows: list[QueuedJob], queue: JobQueue, usage: dict) -> tuple[list[JobRequest], dict[int, float]]:
+class FairInputs(NamedTuple):
+    """The fair tree's inputs of one cycle (:mod:`apps.scheduling.core.fairtree`)."""
+
+    usage: dict[str, float]  # decayed GPU-seconds by usage key ("p<id>/<owner id>", or "<owner id>": personal)
+    shares: FairShares  # Project.share by tree project key, Membership.share by usage key
+    projects: dict[int, str]  # each queued job's project key ("p<id>"; "": the owner's personal project)
+
+
+def project_key(project_id: int | None) -> str:
+    """The core's project key of a team project (``p<id>``); "" for the personal one (None)."""
+    return "" if project_id is None else f"p{project_id}"
+
+
+def fair_inputs(rows: Sequence[QueuedJob], now: datetime) -> FairInputs:
+    """Usage by association (every :class:`AccountUsage` row, decayed to ``now``), the operator's
+    shares (``Project.share``, ``Membership.share``; https://slurm.schedmd.com/fair_tree.html) of
+    the projects in the tree, and the project key of each queued job. A job in its owner's
+    personal project counts as one with none. Three small queries."""
+    by_assoc = usage_by_association(now)
+    asked = {r.project_id for r in rows if r.project_id is not None} | {p for _o, p in by_assoc if p is not None}
+    projects = {pid: (personal_of, share) for pid, personal_of, share in
+                Project.objects.filter(pk__in=asked).values_list("id", "personal_of_id", "share")}
+
+    def team(owner_id: int, project_id: int | None) -> int | None:
+        if project_id is None or project_id not in projects or projects[project_id][0] == owner_id:
+            return None
+        return project_id
+
+    keys = {r.job_id: project_key(team(r.owner_id, r.project_id)) for r in rows}
+    usage: dict[str, float] = {}
+    for (owner_id, project_id), value in by_assoc.items():
+        key = usage_key(project_key(team(owner_id, project_id)), str(owner_id))
+        usage[key] = usage.get(key, 0.0) + value
+    teams = {p for p, (personal_of, _share) in projects.items() if personal_of is None}
+    owners = {r.owner_id for r in rows} | {o for o, _p in by_assoc}
+    project_shares = {project_key(p): projects[p][1] for p in teams}
+    project_shares.update({tree_project("", str(owner)): share for owner, share in Project.objects.filter(
+        personal_of_id__in=owners).values_list("personal_of_id", "share")})
+    members = {usage_key(project_key(p), str(u)): share for p, u, share in Membership.objects.filter(
+        project_id__in=teams).values_list("project_id", "user_id", "share")}
+    return FairInputs(usage, FairShares(project_shares, members), keys)
+
+
+def _requests(rows: list[QueuedJob], queue: JobQueue, usage: dict,
+              projects: dict[int, str] | None = None) -> tuple[list[JobRequest], dict[int, float]]:
     """The core's requests for the queued ``rows`` (runtimes predicted per owner and time limit,
-    inputs for cache affinity), and the predicted runtime (s) by job id."""
+    inputs for cache affinity, the fair-share project key by job id from ``projects``), and the
+    predicted runtime (s) by job id."""
+    projects = projects or {}
     inputs = queue.inputs()
     runtimes: dict[tuple[int, int], float] = {}
     requests = []
@@ -359,19 +425,20 @@ def _requests(rows: list[QueuedJob], queue: JobQueue, usage: dict) -> tuple[list
         requests.append(job_request(
             row, job_id=row.job_id, account=row.owner_id, submitted_at_s=row.submitted_at_s,
             predicted_runtime_s=runtimes[key], inputs=asked.identities if asked else (),
-            input_bytes=asked.total_bytes if asked else 0))
+            input_bytes=asked.total_bytes if asked else 0, project=projects.get(row.job_id, "")))
     return requests, predicted
 
 
 QUOTE_JOB_ID = 0  # the job being quoted: not saved, so no queued job has this id
 
 
-def start_quotes(variants: Sequence[Requirements], *, owner_id: int,
-                 now: datetime | None = None) -> list[tuple[datetime | None, datetime | None]]:
+def start_quotes(variants: Sequence[Requirements], *, owner_id: int, now: datetime | None = None,
+                 project_id: int | None = None) -> list[tuple[datetime | None, datetime | None]]:
     """For each of ``variants`` (one job's requirements, e.g. one per GPU model it accepts): the
     likely start and the "no later than" bound the scheduler would give it if it were submitted
-    now by ``owner_id`` (issue 29 item 4). Each is one run of the same core as the cycle
-    (:func:`schedule`, the site's policy and the owner's fair share) over the queue and pool as
+    now by ``owner_id`` in ``project_id`` (None: the personal project) (issue 29 item 4). Each is
+    one run of the same core as the cycle (:func:`schedule`, the site's policy and the fair share of
+    the owner in that project) over the queue and pool as
     the cycle reads them, plus that job; nothing is written or locked. A job that would start at
     once gets ``(now, now)``; one that could never start here ``(None, None)``.
 
@@ -384,17 +451,19 @@ def start_quotes(variants: Sequence[Requirements], *, owner_id: int,
     views = pool_views(now)
     _add_cache_views(views, queue.staging_rates())
     usage = usage_now(now)
-    requests, _ = _requests(rows, queue, usage)
+    fair = fair_inputs([*rows, QueuedJob(QUOTE_JOB_ID, owner_id, now.timestamp(), 0, 0, 0, 0, (), 0, 0, 0, False,
+                                         False, None, None, "", None, project_id)], now)
+    requests, _ = _requests(rows, queue, usage, fair.projects)
     policy = policy_from_settings()
-    shares = {str(o): u.decayed_gpu_seconds for o, u in usage.items()}
     promises = {r.job_id: r.latest_start_s for r in rows if r.latest_start_s is not None}
     out: list[tuple[datetime | None, datetime | None]] = []
     for variant in variants:
         runtime = predict_runtime(usage[owner_id].recent_runtimes_s if owner_id in usage else [],
                                   variant.time_limit_s)
         quoted = job_request(variant, job_id=QUOTE_JOB_ID, account=owner_id, submitted_at_s=now.timestamp(),
-                             predicted_runtime_s=runtime)
-        decision = schedule([*requests, quoted], views, now.timestamp(), policy, usage=shares, promises=promises)
+                             predicted_runtime_s=runtime, project=fair.projects[QUOTE_JOB_ID])
+        decision = schedule([*requests, quoted], views, now.timestamp(), policy, usage=fair.usage,
+                            promises=promises, fair=fair.shares)
         if any(p.job_id == QUOTE_JOB_ID for p in decision.placements):
             out.append((now, now))
             continue

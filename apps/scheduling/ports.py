@@ -34,6 +34,7 @@ class QueuedJob(NamedTuple):
     estimated_start_s: float | None  # as last written, epoch seconds
     pending_reason: str  # as last written
     latest_start_s: float | None = None  # "no later than" as last written, epoch seconds
+    project_id: int | None = None  # Job.project (issue 25 item 4); None: the owner's personal project
 
 
 class Hold(NamedTuple):

@@ -5,6 +5,7 @@ Nothing in this package imports Django, so the live site
 tests call one cycle directly.
 """
 from .core import POLICIES, policy_resolve, schedule
+from .fairtree import fairtree_factors, job_usage_key, split_key, tree_project, usage_key
 from .priority import (
     RECENT_RUNS,
     UsageLedger,
@@ -17,8 +18,9 @@ from .priority import (
     remember_run,
 )
 from .requests import Requirements, job_request
-from .types import Decision, GpuSlot, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
+from .types import Decision, FairShares, GpuSlot, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
 
-__all__ = ["POLICIES", "RECENT_RUNS", "Decision", "GpuSlot", "JobRequest", "NodeView", "Pending", "Placement",
-           "PolicyConfig", "Requirements", "Reservation", "UsageLedger", "charge", "decay", "fairshare_factor",
-           "held_until", "job_request", "planned_end", "policy_resolve", "predict_runtime", "remember_run", "schedule"]
+__all__ = ["POLICIES", "RECENT_RUNS", "Decision", "FairShares", "GpuSlot", "JobRequest", "NodeView", "Pending",
+           "Placement", "PolicyConfig", "Requirements", "Reservation", "UsageLedger", "charge", "decay",
+           "fairshare_factor", "fairtree_factors", "held_until", "job_request", "job_usage_key", "planned_end",
+           "policy_resolve", "predict_runtime", "remember_run", "schedule", "split_key", "tree_project", "usage_key"]

@@ -53,29 +53,33 @@ from datetime import UTC, datetime
 from apps.core.units import mib_to_gb
 
 from .estimates import EstimateWalk
+from .fairtree import job_usage_key
 from .matching import describe_request, one_kind
 from .pool import Pool, Unit, shape_of
 from .priority import order_fifo, order_multifactor
-from .types import Decision, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
+from .types import Decision, FairShares, JobRequest, NodeView, Pending, Placement, PolicyConfig, Reservation
 
 POLICIES = ("fifo", "easy", "e31")
+FAIRSHARE_MODES = ("classic", "tree")  # PolicyConfig.fairshare
 
 
 def policy_resolve(policy: str | PolicyConfig) -> PolicyConfig:
     """The config for ``policy`` (a name means the defaults); ``easy`` always has depth 1.
 
     Raises:
-        ValueError: unknown policy.
+        ValueError: unknown policy or fair-share mode.
     """
     config = PolicyConfig(name=policy) if isinstance(policy, str) else policy
     if config.name not in POLICIES:
         raise ValueError(f"unknown scheduling policy {config.name!r}; known: {', '.join(POLICIES)}")
+    if config.fairshare not in FAIRSHARE_MODES:
+        raise ValueError(f"unknown fair share {config.fairshare!r}; known: {', '.join(FAIRSHARE_MODES)}")
     return config
 
 
 def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
              policy: str | PolicyConfig = "fifo", usage: Mapping[str, float] | None = None,
-             promises: Mapping[int, float] | None = None) -> Decision:
+             promises: Mapping[int, float] | None = None, fair: FairShares | None = None) -> Decision:
     """Decide which queued jobs start now and what the others should expect.
 
     Args:
@@ -83,11 +87,13 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
         nodes: every node with its GPUs; a GPU's ``free_at`` > ``now`` is held.
         now: the clock, seconds since the epoch.
         policy: ``fifo``, ``easy``, ``e31``, or a :class:`PolicyConfig`.
-        usage: ``{account: decayed GPU-seconds}`` for fair share (``e31``
-            only); see :class:`~.priority.UsageLedger`.
+        usage: ``{association: decayed GPU-seconds}`` for fair share (``e31``
+            only); the key is :func:`~.fairtree.usage_key` (the account alone for its personal
+            project); see :class:`~.priority.UsageLedger`.
         promises: ``{job id: epoch s}``, the "no later than" bound each queued job was last
             given (``Pending.latest_start`` of the previous cycle, as shown to its owner); under
             ``e31`` with ``keep_bounds`` the cycle keeps them (see :meth:`_Cycle.keeps_promises`).
+        fair: the fair tree's project and member shares (``fairshare="tree"``; None: all equal).
 
     Returns:
         A :class:`Decision`: placements to start now; for every other job
@@ -103,7 +109,7 @@ def schedule(queue: Sequence[JobRequest], nodes: Sequence[NodeView], now: float,
     elif config.name == "easy":
         cycle.run_backfill(order_fifo(queue), depth=1, shares={})
     else:
-        order, shares = order_multifactor(queue, now, config, usage, sum(len(n.gpus) for n in nodes))
+        order, shares = order_multifactor(queue, now, config, usage, sum(len(n.gpus) for n in nodes), fair)
         if config.keep_bounds:
             cycle.promise(queue, promises or {})
         cycle.run_backfill(order, depth=max(config.reservation_depth, 0), shares=shares,
@@ -489,8 +495,9 @@ class _Cycle:
             text = f"behind {jobs} ahead in the queue" if ahead else f"waiting for {want}"
         else:
             text = f"behind {jobs} of higher priority" if ahead else f"waiting for {want}"
-        if shares.get(job.account, 1.0) < 0.5:
-            text += "; account over its fair share"
+        if shares.get(job_usage_key(job), 1.0) < 0.5:
+            text += "; over its fair share (by project, then user)" if self.config.fairshare == "tree" else \
+                "; account over its fair share"
         return text
 
 

@@ -13,8 +13,10 @@ ones from being left behind every narrow one; issue 14 item 4), ``slowdown = min
 long for its length rises; planned run = prediction, else time limit) and ``fairshare = 2 ** (-U / S)``
 (Slurm's classic fair-share formula: ``U`` the account's share of the
 decayed usage of all accounts, ``S`` its share of the pool; every account
-has an equal share here). Usage is GPU-seconds decayed with a half-life
-(Slurm ``PriorityDecayHalfLife``, default 7 days here), kept incrementally
+has an equal share here), or with ``PolicyConfig.fairshare = "tree"`` Slurm's Fair Tree by project,
+then by user (:mod:`.fairtree`, https://slurm.schedmd.com/fair_tree.html). An account is an
+association (project, user): its usage key is :func:`~.fairtree.usage_key`. Usage is GPU-seconds
+decayed with a half-life (Slurm ``PriorityDecayHalfLife``, default 7 days here), kept incrementally
 by :class:`UsageLedger`.
 
 Runtime prediction follows Tsafrir, Etsion and Feitelson, "Backfilling
@@ -27,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from .types import JobRequest, PolicyConfig
+from .fairtree import fairtree_factors, job_usage_key
+from .types import FairShares, JobRequest, PolicyConfig
 
 
 def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
@@ -156,10 +159,11 @@ def order_fifo(queue: Iterable[JobRequest]) -> list[JobRequest]:
 
 
 def fairshare_factors(queue: Iterable[JobRequest], usage: Mapping[str, float] | None) -> dict[str, float]:
-    """Fair-share factor per account of the queue, equal shares among the accounts
-    that have usage or queued jobs."""
+    """Classic fair-share factor per association of the queue (:func:`~.fairtree.usage_key`: the
+    account for a personal project), equal shares among the associations that have usage or
+    queued jobs."""
     usage = usage or {}
-    accounts = {j.account for j in queue}
+    accounts = {job_usage_key(j) for j in queue}
     total = sum(v for v in usage.values() if v > 0)
     n = len(accounts | {a for a, v in usage.items() if v > 0})
     return {a: fairshare_factor(usage.get(a, 0.0), total, n) for a in accounts}
@@ -192,20 +196,26 @@ def slowdown_factor(job: JobRequest, wait: float, slowdown_max: float) -> float:
 
 def order_multifactor(queue: Iterable[JobRequest], now: float, config: PolicyConfig,
                       usage: Mapping[str, float] | None,
-                      total_gpus: int = 0) -> tuple[list[JobRequest], dict[str, float]]:
+                      total_gpus: int = 0, fair: FairShares | None = None) -> tuple[list[JobRequest], dict[str, float]]:
     """Jobs waiting ``starvation_s`` or more first (boost, then submit time), then the
-    rest by multifactor priority; ties by submit time, then id.
+    rest by multifactor priority; ties by submit time, then id. The fair-share factor is the
+    classic one or the fair tree's (``config.fairshare``; ``fair``: the tree's shares).
 
-    Returns the order and the fair-share factor per account (for reasons).
+    Returns the order and the fair-share factor per association (:func:`~.fairtree.usage_key`),
+    for reasons.
     """
     queue = list(queue)
-    shares = fairshare_factors(queue, usage)
+    if config.fairshare == "tree":
+        shares = fairtree_factors(queue, usage, fair)
+    else:
+        shares = fairshare_factors(queue, usage)
 
     def key(job: JobRequest):
         if now - job.submitted_at >= config.starvation_s:
             if config.starved_order == "widest":
                 return (0, -job.priority_boost, -job.gpus_per_node * job.nodes, job.submitted_at, job.job_id)
             return (0, -job.priority_boost, 0, job.submitted_at, job.job_id)
-        return (1, -priority(job, now, config, shares[job.account], total_gpus), 0, job.submitted_at, job.job_id)
+        return (1, -priority(job, now, config, shares[job_usage_key(job)], total_gpus), 0, job.submitted_at,
+                job.job_id)
 
     return sorted(queue, key=key), shares

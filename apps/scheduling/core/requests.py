@@ -49,16 +49,18 @@ def job_request(
     predicted_runtime_s: float | None = None,
     inputs: tuple[str, ...] = (),
     input_bytes: int = 0,
+    project: str = "",
 ) -> JobRequest:
     """The scheduler's view of ``job``: its requirement columns, with its id (0: not saved yet),
     its ``account`` (the owner, as text: the fair-share key), when it was submitted (epoch s), its
     predicted runtime (s; None: plan with the limit), and the identities and summed bytes of its
-    inputs (for cache affinity and the pre-stage horizon)."""
+    inputs (for cache affinity and the pre-stage horizon), and its fair-share ``project`` key
+    (empty: the account's personal project; :mod:`.fairtree`)."""
     return JobRequest(
         job_id=job_id, account=str(account), submitted_at=submitted_at_s,
         gpus_per_node=job.gpus_per_node, nodes=job.nodes, time_limit_s=job.time_limit_s,
         gpu_models=tuple(job.gpu_models or ()), gpu_memory_mib=job.gpu_memory_mib, cpus=job.cpus,
         memory_mib=job.memory_mib, needs_runtime=job.needs_runtime, priority_boost=job.priority_boost,
         mixed_models=job.mixed_models,
-        predicted_runtime_s=predicted_runtime_s, inputs=inputs, input_bytes=input_bytes,
+        predicted_runtime_s=predicted_runtime_s, inputs=inputs, input_bytes=input_bytes, project=project,
     )

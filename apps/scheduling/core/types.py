@@ -1,6 +1,7 @@
 """Plain data the scheduling core reads and returns. Times are seconds since the epoch."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -32,6 +33,7 @@ class JobRequest:
     input_bytes: int = 0  # summed size of its inputs, bytes (for the pre-stage horizon)
     mixed_models: bool = False  # a gang without gpu_models may take GPUs of several models
     only_model: str = ""  # set by the core only (Pool.kinds): this exact GPU model
+    project: str = ""  # fair-share project key (issue 25 item 4); "": the account's personal project
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,18 @@ class Pending:
 
 
 @dataclass(frozen=True)
+class FairShares:
+    """The operator's fair-share weights for :func:`~.fairtree.fairtree_factors` (Slurm's
+    ``Fairshare`` of an association, https://slurm.schedmd.com/fair_tree.html): ``projects`` by
+    tree project key (:func:`~.fairtree.tree_project`; ``Project.share``), ``users`` by usage key
+    (:func:`~.fairtree.usage_key`; ``Membership.share``, the user's weight within the project).
+    Plain numbers, compared only with their siblings'; a missing key counts 1."""
+
+    projects: Mapping[str, float] = field(default_factory=dict)
+    users: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """How a cycle orders and plans. ``name`` is ``fifo``, ``easy`` or ``e31``.
 
@@ -120,6 +134,10 @@ class PolicyConfig:
     queue order (``queue``) or shortest planned run first (``shortest``, the order backfill tries them).
     ``starved_order``: the jobs that waited ``starvation_s`` go first, in submit order (``fifo``) or
     widest first, then by submit time (``widest``: a wide job cannot backfill, narrow ones can).
+    ``fairshare`` (``e31``): ``classic``, Slurm's classic factor ``2 ** (-U / S)`` per association
+    with equal shares (:func:`~.priority.fairshare_factor`; the replays' default, so earlier figures
+    reproduce), or ``tree``, Slurm's Fair Tree by project, then by user within it, with the
+    operator's shares (:mod:`.fairtree`; the live site's default, issue 25 item 4).
     Times in seconds.
     """
 
@@ -141,6 +159,7 @@ class PolicyConfig:
     estimate_order: str = "queue"
     starved_order: str = "fifo"
     weight_size: float = 3000.0
+    fairshare: str = "classic"
 
 
 @dataclass(frozen=True)

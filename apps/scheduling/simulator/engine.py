@@ -18,7 +18,7 @@ The core's inputs are built by the same functions as the live site's
   :func:`~apps.scheduling.core.held_until` of its run's start, limit and prediction; a run
   that outlives its prediction is planned by the core's
   :func:`~apps.scheduling.core.planned_end` at every cycle, live and replayed alike;
-- ``usage`` = the decayed GPU-seconds of *every* account charged so far
+- ``usage`` = the decayed GPU-seconds of *every* association (project, user) charged so far
   (:class:`~apps.scheduling.core.UsageLedger`, the rule of
   :func:`~apps.scheduling.core.charge`; the live site passes every account's
   ``AccountUsage``): GPUs x run time charged when a job ends, with the policy's half-life.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from apps.scheduling.core import (
+    FairShares,
     GpuSlot,
     JobRequest,
     NodeView,
@@ -45,6 +46,7 @@ from apps.scheduling.core import (
     UsageLedger,
     held_until,
     job_request,
+    job_usage_key,
     policy_resolve,
     predict_runtime,
     remember_run,
@@ -105,11 +107,13 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
                 until: float | None = None, predict: bool = True, usage: Mapping[str, float] | None = None,
                 schedule_fn: Callable | None = None,
                 progress: Callable[[int, int], None] | None = None,
-                staging: StagingHooks | None = None) -> ReplayResult:
+                staging: StagingHooks | None = None, fair: FairShares | None = None) -> ReplayResult:
     """Run ``jobs`` on ``nodes`` (all their GPUs free at the start; CPUs and memory as given) under ``policy``.
 
     ``until``: stop before the first event later than this (epoch s). ``predict``: False gives
-    no job a prediction. ``usage``: GPU-seconds already charged per account at the first arrival.
+    no job a prediction. ``usage``: GPU-seconds already charged per association
+    (:func:`~apps.scheduling.core.usage_key`) at the first arrival. ``fair``: the fair tree's
+    project and member shares (``fairshare="tree"``; None: all equal).
     ``staging``: the data model (:class:`.staging.StagingModel`): a start's staging seconds hold the GPUs
     (billed, not in the run-time history), and it sees each cycle before and after (issue 14 item 5).
     Stops when everything has run, when nothing can happen any more, or at ``until``.
@@ -187,7 +191,7 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
             account = by_id[jid].request.account
             history[account] = remember_run(history.get(account, ()), ran - staged.pop(jid, 0.0))
             dirty.add(account)
-            ledger.add(account, len(gids) * ran, end)
+            ledger.add(job_usage_key(by_id[jid].request), len(gids) * ran, end)
 
     def predicted(request: JobRequest) -> float | None:
         return predict_runtime(history.get(request.account, ()), request.time_limit_s) if predict else None
@@ -238,6 +242,8 @@ def replay_jobs(jobs: Sequence[ReplayJob], nodes: Sequence[NodeView], policy: st
         if not pending:
             continue
         kwargs = {"usage": ledger.snapshot(now)} if pass_usage else {}
+        if fair is not None:
+            kwargs["fair"] = fair
         if staging is not None:
             staging.before_cycle(now)
         if pass_promises:
@@ -296,7 +302,7 @@ def sim_nodes(nodes: int, gpus_per_node: int) -> list[NodeView]:
 def trace_request(tj: TraceJob) -> JobRequest:
     """The scheduler's view of a trace job (no prediction yet: the replay gives it), by the live
     cycle's builder."""
-    return job_request(tj, job_id=tj.job_id, account=tj.account, submitted_at_s=tj.submit)
+    return job_request(tj, job_id=tj.job_id, account=tj.account, submitted_at_s=tj.submit, project=tj.project)
 
 
 def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str | PolicyConfig = "fifo", *,
@@ -322,7 +328,7 @@ def replay(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: str
                       staging=staging)
     outcomes = []
     for j in jobs:
-        out = JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s)
+        out = JobOutcome(j.job_id, j.account, j.submit, j.gpus, j.gpus_held, j.run_s, project=j.project)
         out.start = run.started.get(j.job_id)
         if j.job_id in run.first_estimate:
             out.first_estimate, out.estimated = run.first_estimate[j.job_id], True

@@ -33,6 +33,7 @@ class JobOutcome:
     first_estimate: float | None = None  # start estimate of the first cycle that saw it; None: none given
     estimated: bool = False  # True once a first estimate is recorded (it may be None)
     latest_min: float | None = None  # the earliest "no later than" bound any cycle gave it; None: none
+    project: str = ""  # fair-share project key (SWF group with --projects); "": the account's own
 
     @property
     def wait_s(self) -> float:
@@ -126,9 +127,36 @@ def summarise(outcomes: Sequence[JobOutcome], total_gpus: int, *, with_estimates
     out["accounts"] = len(per_account)
     out["worst_account_bsld"] = _r(max(eligible), 2) if eligible else None
     out["jain_accounts"] = _r(jain_index(means.values()), 4)
+    if any(o.project for o in outcomes):
+        out.update(project_figures(done, bslds))
     if with_estimates:
         out.update(estimate_figures(done))
     return out
+
+
+def project_figures(done: Sequence[JobOutcome], bslds: Sequence[float]) -> dict:
+    """Per-project figures (issue 25 item 4), a job without a project counted in its account's
+    personal project (``~account``, :func:`apps.scheduling.core.tree_project`): ``projects``, the
+    worst project's mean bounded slowdown (``worst_project_bsld``, over projects of
+    :data:`WORST_ACCOUNT_MIN_JOBS` jobs or more), Jain's index over the projects' mean bsld
+    (``jain_projects``), and ``by_project``: ``{key: {jobs, users, gpu_hours, bsld_mean}}``
+    (GPU-hours: GPUs held x run time / 3600), largest first."""
+    rows: dict[str, dict] = {}
+    users: dict[str, set[str]] = {}
+    for o, b in zip(done, bslds, strict=True):
+        key = o.project or f"~{o.account}"
+        row = rows.setdefault(key, {"jobs": 0, "gpu_s": 0.0, "bsld_sum": 0.0})
+        row["jobs"] += 1
+        row["gpu_s"] += o.gpus_held * o.run_s
+        row["bsld_sum"] += b
+        users.setdefault(key, set()).add(o.account)
+    means = {k: r["bsld_sum"] / r["jobs"] for k, r in rows.items()}
+    eligible = [means[k] for k, r in rows.items() if r["jobs"] >= WORST_ACCOUNT_MIN_JOBS]
+    by_project = {k: {"jobs": r["jobs"], "users": len(users[k]), "gpu_hours": round(r["gpu_s"] / 3600, 1),
+                      "bsld_mean": _r(means[k], 3)}
+                  for k, r in sorted(rows.items(), key=lambda kv: (-kv[1]["gpu_s"], kv[0]))}
+    return {"projects": len(rows), "worst_project_bsld": _r(max(eligible), 2) if eligible else None,
+            "jain_projects": _r(jain_index(means.values()), 4), "by_project": by_project}
 
 
 def estimate_figures(done: Sequence[JobOutcome]) -> dict:

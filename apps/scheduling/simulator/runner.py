@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from apps.scheduling.core import PolicyConfig
+from apps.scheduling.core import PolicyConfig, policy_resolve
 
 from .engine import replay
 from .metrics import JobOutcome, percentile, summarise
@@ -41,22 +42,31 @@ def pool_shape(path: str | Path, nodes: int | None, gpus_per_node: int | None) -
 
 def simulate_trace(path: str | Path, policy: str | PolicyConfig = "fifo", *, nodes: int | None = None,
                    gpus_per_node: int | None = None, limit: int | None = None, limit_records: bool = False,
-                   progress: Callable[[int, int], None] | None = None) -> dict:
+                   progress: Callable[[int, int], None] | None = None, projects: bool = False) -> dict:
     """Replay the trace at ``path`` through the scheduling core and return its figures (see ``simulate``).
 
-    ``limit_records``: see :func:`.swf.load_jobs`.
+    ``limit_records``: see :func:`.swf.load_jobs`. ``projects`` (issue 25 item 4): each job in its
+    SWF group's project (field 13) and ``e31`` ordered by the fair tree (project, then user;
+    ``PolicyConfig.fairshare = "tree"``); the figures gain the per-project ones
+    (:func:`.metrics.project_figures`). Off, every user is a project of one under the policy's
+    factor (a name: the core's default, ``classic``, so the earlier figures reproduce).
     """
     wall = time.perf_counter()
     nodes, gpus_per_node = pool_shape(path, nodes, gpus_per_node)
     if not nodes:
         nodes = 1 << 30  # no header: filled in below from the largest job
-    jobs, skipped = load_jobs(path, gpus_per_node, nodes, limit, limit_records=limit_records)
+    jobs, skipped = load_jobs(path, gpus_per_node, nodes, limit, limit_records=limit_records, projects=projects)
     if nodes == 1 << 30:
         nodes = max((j.nodes for j in jobs), default=1)
-    result = replay(jobs, nodes, gpus_per_node, policy, progress=progress)
-    out = {"trace": Path(path).name, "policy": policy if isinstance(policy, str) else policy.name,
+    config = policy_resolve(policy)
+    if projects:
+        config = replace(config, fairshare="tree")
+    result = replay(jobs, nodes, gpus_per_node, config, progress=progress)
+    out = {"trace": Path(path).name, "policy": config.name,
            "nodes": nodes, "gpus_per_node": gpus_per_node, "limit": limit,
            "skipped": sum(skipped.values()), "skipped_by_reason": skipped}
+    if projects:
+        out["fairshare"] = config.fairshare
     out.update(summarise(result.outcomes, nodes * gpus_per_node))
     cycles_ms = [s * 1000 for s in result.cycle_s]
     out["cycles"] = len(cycles_ms)
@@ -105,7 +115,7 @@ def format_table(result: dict) -> str:
 
     lines = []
     for key, value in result.items():
-        if key == "by_size":
+        if key in ("by_size", "by_project"):
             continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
@@ -117,4 +127,13 @@ def format_table(result: dict) -> str:
         for cls, row in sizes.items():
             lines.append(f"{cls:<6} {fmt(row['jobs']):>8} {fmt(row['wait_mean_s']):>12} "
                          f"{fmt(row['wait_max_s']):>12} {fmt(row['bsld_mean']):>10}")
+    projects = result.get("by_project")
+    if projects:
+        lines.append("")
+        lines.append(f"{'project':<12} {'users':>6} {'jobs':>8} {'GPU-hours':>12} {'bsld_mean':>10}")
+        for key, row in list(projects.items())[:20]:
+            lines.append(f"{key:<12} {fmt(row['users']):>6} {fmt(row['jobs']):>8} {fmt(row['gpu_hours']):>12} "
+                         f"{fmt(row['bsld_mean']):>10}")
+        if len(projects) > 20:
+            lines.append(f"... and {len(projects) - 20} more projects (--format json has them all)")
     return "\n".join(lines)

@@ -39,6 +39,7 @@ class SwfRecord:
     requested_time: int  # 9, the user's time limit; -1 unknown
     status: int  # 11
     user: int  # 12
+    group: int = -1  # 13, the user's group: the fair-share project with ``projects`` (issue 25 item 4)
 
     @property
     def procs(self) -> int:
@@ -72,6 +73,7 @@ class TraceJob:
     needs_runtime: bool = False
     priority_boost: int = 0
     mixed_models: bool = False  # one GPU model in a replay's pool: no gang ever mixes models
+    project: str = ""  # fair-share project: "g<group>" (field 13) with ``projects``; "": the user's own
 
     @property
     def gpus_held(self) -> int:
@@ -96,9 +98,10 @@ def parse_line(line: str) -> SwfRecord | None:
     f = line.split()
     if len(f) < 12:
         return None
-    n = [int(float(x)) for x in f[:12]]
+    n = [int(float(x)) for x in f[:13]]
     return SwfRecord(job_id=n[0], submit=n[1], wait=n[2], run=n[3], processors=n[4],
-                     requested_processors=n[7], requested_time=n[8], status=n[10], user=n[11])
+                     requested_processors=n[7], requested_time=n[8], status=n[10], user=n[11],
+                     group=n[12] if len(n) > 12 else -1)
 
 
 def read_swf(path: str | Path) -> Iterator[SwfRecord]:
@@ -134,8 +137,15 @@ def skip_reason(rec: SwfRecord) -> str | None:
     return None
 
 
-def map_job(rec: SwfRecord, gpus_per_node: int) -> TraceJob:
-    """Map one valid record onto GPUs (see the module docstring).
+def project_of(rec: SwfRecord) -> str:
+    """The fair-share project of a record: ``g<group>`` (SWF field 13, the user's group); ""
+    (the user's personal project) where the group is unknown."""
+    return f"g{rec.group}" if rec.group >= 0 else ""
+
+
+def map_job(rec: SwfRecord, gpus_per_node: int, *, projects: bool = False) -> TraceJob:
+    """Map one valid record onto GPUs (see the module docstring); with ``projects`` the job
+    belongs to its group's project (:func:`project_of`), else to its user's personal one.
 
     A time limit below 1 s (a job of run 0 without a limit) becomes 1 s, so
     that a job always holds its GPUs for the rest of the cycle that places it.
@@ -149,12 +159,15 @@ def map_job(rec: SwfRecord, gpus_per_node: int) -> TraceJob:
     limit = max(1, int(limit))
     return TraceJob(job_id=rec.job_id, account=str(rec.user), submit=float(rec.submit), gpus=n,
                     gpus_per_node=per_node, nodes=nodes, time_limit_s=limit, run_s=float(min(rec.run, limit)),
-                    recorded_wait_s=float(rec.wait) if rec.wait >= 0 else None)
+                    recorded_wait_s=float(rec.wait) if rec.wait >= 0 else None,
+                    project=project_of(rec) if projects else "")
 
 
 def load_jobs(path: str | Path, gpus_per_node: int, nodes: int,
-              limit: int | None = None, *, limit_records: bool = False) -> tuple[list[TraceJob], dict[str, int]]:
-    """The trace's replayable jobs, sorted by (submit, id), at most ``limit`` of them.
+              limit: int | None = None, *, limit_records: bool = False,
+              projects: bool = False) -> tuple[list[TraceJob], dict[str, int]]:
+    """The trace's replayable jobs, sorted by (submit, id), at most ``limit`` of them; with
+    ``projects``, each in its group's project (:func:`map_job`).
 
     Records are sorted first; invalid ones (run < 0, processors <= 0) and
     ones too large for ``nodes`` nodes are skipped and counted. The limit
@@ -176,7 +189,7 @@ def load_jobs(path: str | Path, gpus_per_node: int, nodes: int,
         reason = skip_reason(rec)
         job = None
         if reason is None:
-            job = map_job(rec, gpus_per_node)
+            job = map_job(rec, gpus_per_node, projects=projects)
             if job.nodes > nodes:
                 reason = "larger than the pool"
         if reason is not None:

@@ -2,7 +2,11 @@
 
 A thin shell around :func:`apps.scheduling.simulator.simulate_trace`; it reads no
 database. The policy's settings are the live site's: its defaults with any
-``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_from_settings`).
+``E31_POLICY_<FIELD>`` overrides (:func:`apps.scheduling.adapter.policy_from_settings`), except
+the fair share: the live site's fair tree by project (issue 25 item 4) needs projects, which a
+trace has only in its group field, so it is on with ``--projects`` (field 13 the project); without
+it the replay keeps the classic per-account factor of the earlier figures (set
+``E31_POLICY_FAIRSHARE`` to choose either way).
 A progress bar goes to the terminal (stderr) when ``rich`` is
 installed and stderr is a terminal.
 """
@@ -10,6 +14,7 @@ import dataclasses
 import json
 import sys
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
@@ -43,6 +48,11 @@ class Command(BaseCommand):
                             help="GPUs a node (default: MaxProcs / MaxNodes from the header, else 8)")
         parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
         parser.add_argument("--format", choices=("table", "json"), default="table")
+        parser.add_argument("--projects", action="store_true",
+                            help="issue 25 item 4: SWF field 13 (the group) is each job's project and e31 shares "
+                                 "by project, then by user (fair tree, as the live site does); prints per-project "
+                                 "figures. Off (the default): every user is a project of one under the classic "
+                                 "per-account factor, so the earlier figures reproduce")
         parser.add_argument("--data", action="store_true",
                             help="issue 14 item 5: attach generated input data sets to the jobs and replay four "
                                  "times (pre-staging off/on x cache affinity off/on); print staging GPU-hours, "
@@ -52,7 +62,7 @@ class Command(BaseCommand):
                             help="with --data: staging rate per node, MB/s (125)")
 
     def handle(self, *args, trace, policy, nodes, gpus_per_node, limit, format, data=False, cache_gb=None,
-               rate_mb_s=None, **options):
+               rate_mb_s=None, projects=False, **options):
         for name, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node), ("--limit", limit)):
             if value is not None and value < 1:
                 raise CommandError(f"{name} must be at least 1")
@@ -63,19 +73,22 @@ class Command(BaseCommand):
             config = policy_from_settings(policy)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+        if not projects and "fairshare" not in settings.E31_POLICY_OVERRIDES:
+            config = dataclasses.replace(config, fairshare="classic")  # the figures before issue 25
         policy = config
         if data:
             self._data(trace, policy, nodes, gpus_per_node, limit, format, cache_gb, rate_mb_s)
             return
         try:
             if bar is None:
-                result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit)
+                result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit,
+                                        projects=projects)
             else:
                 with bar:
                     task = bar.add_task("replay", total=None)
                     result = simulate_trace(trace, policy, nodes=nodes, gpus_per_node=gpus_per_node, limit=limit,
-                                            progress=lambda done, total: bar.update(task, completed=done,
-                                                                                    total=total))
+                                            projects=projects,
+                                            progress=lambda done, total: bar.update(task, completed=done, total=total))
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         if format == "json":
