@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "apps.metering",
     "apps.artifacts",
     "apps.notices",
+    "apps.hooks",
     "apps.tokens",
     "apps.secrets",
     "apps.agent_api",
@@ -254,6 +255,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.artifacts.tasks.staging_sweep_task",
         "schedule": env_float("E31_STORAGE_STAGING_SWEEP_S", 3600.0),
     },
+    # Webhook retries due, and first tries whose task was lost (issue 25 item 6; apps/hooks/delivery.py).
+    "webhook-sweep": {
+        "task": "apps.hooks.tasks.webhook_sweep_task",
+        "schedule": env_float("E31_WEBHOOK_SWEEP_PERIOD_S", 30.0),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -433,6 +439,17 @@ E31_SECRETS_KEY_FILE = Path(env_str("E31_SECRETS_KEY_FILE", str(VAR_DIR / "secre
 E31_FILE_ROOTS = env_list("E31_FILE_ROOTS", [])
 # Non-public hosts/CIDRs a data source may name outright (default none: refused at submit, SPEC §2).
 E31_DATA_ALLOW_HOSTS = env_list("E31_DATA_ALLOW_HOSTS", [])
+# Webhooks (issue 25 item 6, apps/hooks): host:port endpoints allowed despite the SSRF guard (default none);
+# a CA bundle to verify receivers' TLS with (default: the system's CAs); timeouts and retries in seconds.
+E31_WEBHOOK_ALLOW_HOSTS = env_list("E31_WEBHOOK_ALLOW_HOSTS", [])
+E31_WEBHOOK_CA_BUNDLE = env_str("E31_WEBHOOK_CA_BUNDLE", "")
+E31_WEBHOOK_CONNECT_TIMEOUT_S = env_float("E31_WEBHOOK_CONNECT_TIMEOUT_S", 5.0)
+E31_WEBHOOK_TIMEOUT_S = env_float("E31_WEBHOOK_TIMEOUT_S", 10.0)
+E31_WEBHOOK_RETRY_FIRST_S = env_float("E31_WEBHOOK_RETRY_FIRST_S", 30.0)
+E31_WEBHOOK_RETRY_MAX_S = env_float("E31_WEBHOOK_RETRY_MAX_S", 3600.0)
+E31_WEBHOOK_GIVE_UP_S = env_float("E31_WEBHOOK_GIVE_UP_S", 86400.0)
+# With eager Celery (standalone) a try runs on a thread of the process, never inside the commit that asked.
+E31_WEBHOOK_SEND_IN_THREAD = env_bool("E31_WEBHOOK_SEND_IN_THREAD", CELERY_TASK_ALWAYS_EAGER)
 E31_EXAMPLES_DIR = Path(env_str("E31_EXAMPLES_DIR", str(BASE_DIR / "examples")))
 E31_AGENT_POLL_WAIT_S = env_int("E31_AGENT_POLL_WAIT_S", 20)
 E31_SCHEDULER_POLICY = env_str("E31_SCHEDULER_POLICY", "e31")  # fifo | easy | e31 (apps/pool/scheduler)

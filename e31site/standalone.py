@@ -34,6 +34,7 @@ from django.db import close_old_connections
 
 from apps.agent_api.tasks import sweep_storage_task
 from apps.core.secretfile import read_or_create
+from apps.hooks.tasks import webhook_sweep_task
 from apps.jobs.operator import jobs_holding, jobs_stop_holding
 from apps.jobs.tasks import node_watch_task
 from apps.live.push import set_local_loop
@@ -115,12 +116,14 @@ def files_private() -> list[Path]:
 
 _budget_checked_at = [0.0]  # monotonic seconds of the last budget scan (the beat thread's own)
 _swept_at = [float("-inf")]  # monotonic seconds of the last storage sweep: the first at start
+_hooks_swept_at = [0.0]  # monotonic seconds of the last webhook retry sweep
 
 
 def periodic_work() -> None:
     """What Celery beat does in production: one node watch, and a scheduling cycle asked for; the
-    budget alerts every ``E31_BUDGET_PERIOD_S`` and the storage sweep every ``E31_SWEEP_PERIOD_S``
-    (settings' beat schedule)."""
+    budget alerts every ``E31_BUDGET_PERIOD_S``, the storage sweep every ``E31_SWEEP_PERIOD_S`` and the
+    webhook retries every ``E31_WEBHOOK_SWEEP_PERIOD_S`` (settings' beat schedule; the tries themselves
+    run on the webhook threads, never here)."""
     close_old_connections()
     try:
         node_watch_task()
@@ -130,6 +133,9 @@ def periodic_work() -> None:
         if time.monotonic() - _swept_at[0] >= settings.CELERY_BEAT_SCHEDULE["sweep-storage"]["schedule"]:
             _swept_at[0] = time.monotonic()
             sweep_storage_task()  # retention (issue 15): daily
+        if time.monotonic() - _hooks_swept_at[0] >= settings.CELERY_BEAT_SCHEDULE["webhook-sweep"]["schedule"]:
+            _hooks_swept_at[0] = time.monotonic()
+            webhook_sweep_task()
     finally:
         close_old_connections()
     cycle_wanted()

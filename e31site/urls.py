@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from apps.agent_api.api import urls as agent_api_urls
 from apps.artifacts.api import urls as artifacts_api_urls
+from apps.hooks.api import urls as hooks_api_urls
 from apps.jobs.api import urls as jobs_api_urls
 from apps.metering.api import urls as metering_api_urls
 from apps.pool.api import urls as pool_api_urls
@@ -24,6 +25,7 @@ api_v1 = [
     *secrets_api_urls.urlpatterns,
     *tokens_api_urls.urlpatterns,
     *projects_api_urls.urlpatterns,
+    *hooks_api_urls.urlpatterns,
     *agent_api_urls.urlpatterns,
 ]
 

@@ -78,7 +78,7 @@ def test_it_refuses_metering_models_in_the_wire_the_pages_and_the_notices(code_c
     result = _lint_imports(code_copy)
 
     assert result.returncode == 1
-    assert "Agent API, web, live and notices import no metering models BROKEN" in result.stdout
+    assert "Agent API, web, live, notices and hooks import no metering models BROKEN" in result.stdout
     for module in planted:
         assert f"{module} -> apps.metering.models" in result.stdout
     assert "through_selectors" not in result.stdout  # reaching the models through a selector is the way

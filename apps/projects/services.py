@@ -60,6 +60,8 @@ def project_for(user, name: str) -> Project:
     """
     if name == personal_name(user):
         return personal_project(user)
+    if not isinstance(name, str) or "\x00" in name or len(name) > 63:
+        raise ProjectError("project", "You are in no project of that name.", status=404)
     project = Project.objects.filter(name=name).first()
     if project is None or role_of(user, project) is None:
         raise ProjectError("project", f"You are in no project named {name!r}.", status=404)
@@ -105,7 +107,13 @@ def submit_choices(user) -> list[tuple[str, str]]:
             for p, role in projects_of(user) if role_allows(role, Action.SUBMIT)]
 
 
-def _check(actor, project: Project, action: Action) -> str:
+def role_check(actor, project: Project, action: Action) -> str:
+    """``actor``'s role in ``project`` when it allows ``action``.
+
+    Raises:
+        ProjectError: a stranger (404, field ``project``), or a role that does not allow it (403,
+            field ``role``, :func:`apps.projects.access.refusal`'s words).
+    """
     role = role_of(actor, project)
     if role is None:
         raise ProjectError("project", f"You are in no project named {project.name!r}.", status=404)
@@ -163,7 +171,7 @@ def member_add(*, actor, project: Project, who: str, role: str, now: datetime | 
         ProjectError: not allowed (403), the personal project (400 ``project``), no such user
             (400 ``username``), already a member (400 ``username``), a bad role (400 ``role``).
     """
-    actor_role = _check(actor, project, Action.MEMBERS)
+    actor_role = role_check(actor, project, Action.MEMBERS)
     role = _role_value(role)
     if project.is_personal:
         raise ProjectError("project", "A personal project has no other members: create a project to share.")
@@ -192,7 +200,7 @@ def member_set_role(*, actor, project: Project, username: str, role: str) -> Mem
     Raises:
         ProjectError: as :func:`member_add`; 400 ``role`` when it would leave no owner.
     """
-    actor_role = _check(actor, project, Action.MEMBERS)
+    actor_role = role_check(actor, project, Action.MEMBERS)
     role = _role_value(role)
     m = _membership(project, username)
     if Role.OWNER in (role, m.role) and actor_role != Role.OWNER:
@@ -212,7 +220,7 @@ def member_remove(*, actor, project: Project, username: str) -> None:
     """
     m = _membership(project, username)
     if m.user_id != actor.pk:
-        actor_role = _check(actor, project, Action.MEMBERS)
+        actor_role = role_check(actor, project, Action.MEMBERS)
         if m.role == Role.OWNER and actor_role != Role.OWNER:
             raise ProjectError("role", "Only an owner can remove an owner.", status=403)
     if m.role == Role.OWNER and not _owners_left(project, m.user_id):
@@ -222,7 +230,7 @@ def member_remove(*, actor, project: Project, username: str) -> None:
 
 def members_of(*, actor, project: Project) -> list[Membership]:
     """The members of ``project`` (``actor`` must be one), owners first."""
-    _check(actor, project, Action.VIEW)
+    role_check(actor, project, Action.VIEW)
     order = {r: i for i, r in enumerate(Role.values)}
     return sorted(project.memberships.select_related("user"), key=lambda m: (order[m.role], m.user.username))
 
@@ -235,7 +243,7 @@ def project_set_budget(*, actor, project: Project, budget, alert_percent=None) -
         ProjectError: not an owner (403/404), a budget that is not an amount of at least 0 or above
             the operator's limit (400 ``budget``), a threshold outside 1..100 (400 ``alert_percent``).
     """
-    _check(actor, project, Action.BUDGET)
+    role_check(actor, project, Action.BUDGET)
     if budget is not None:
         try:
             budget = Decimal(str(budget)).quantize(Decimal("0.01"))
@@ -261,7 +269,7 @@ def project_delete(*, actor, project: Project) -> None:
     Raises:
         ProjectError: not an owner (403/404), the personal project or one with jobs (400 ``project``).
     """
-    _check(actor, project, Action.DELETE)
+    role_check(actor, project, Action.DELETE)
     if project.is_personal:
         raise ProjectError("project", "A personal project cannot be deleted.")
     if project.jobs.exists():

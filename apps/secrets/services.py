@@ -11,7 +11,7 @@ from cryptography.fernet import Fernet, MultiFernet
 from django.db import transaction
 from django.db.models import Q
 
-from . import crypto
+from . import crypto, signals
 from .models import NAME_MAX, NAME_PATTERN, VALUE_MAX_BYTES, Secret
 
 _NAME = re.compile(NAME_PATTERN)
@@ -123,8 +123,8 @@ def secret_values(*, owner_id: int, names: Iterable[str], project_id: int | None
 def secrets_rotate(*, keys: list[bytes]) -> int:
     """Re-encrypt every secret under ``keys[0]`` (every key in ``keys`` may open the old tokens).
 
-    Returns the number of values re-encrypted. Each row is rewritten in the one transaction, so a
-    failure leaves every row as it was.
+    Returns the number of values re-encrypted, with the tokens of other apps (:data:`.signals.key_rotating`).
+    Each row is rewritten in the one transaction, so a failure leaves every row as it was.
 
     Raises:
         crypto.SecretsKeyError: a value opens under none of ``keys``.
@@ -139,4 +139,9 @@ def secrets_rotate(*, keys: list[bytes]) -> int:
                 raise crypto.SecretsKeyError(f"secret {secret.pk} opens under none of the keys") from None
             secret.save(update_fields=["token"])
             count += 1
+        # Tokens other apps keep under the same key (webhook secrets): rewritten in the same transaction.
+        try:
+            count += sum(n or 0 for _, n in signals.key_rotating.send(sender=Secret, rotate=under.rotate))
+        except Exception:  # InvalidToken
+            raise crypto.SecretsKeyError("a stored token opens under none of the keys") from None
     return count

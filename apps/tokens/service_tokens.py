@@ -17,22 +17,14 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from apps.core import clock
-from apps.projects.access import Action, refusal, role_of
+from apps.projects.access import Action, role_of
 from apps.projects.models import Membership, Project, Role
-from apps.projects.services import ProjectError
+from apps.projects.services import ProjectError, role_check
 
 from .models import ApiToken
 from .services import token_create
 
 SERVICE_ROLES = (Role.ADMIN, Role.MEMBER, Role.VIEWER)  # a token is never an owner
-
-
-def _owner_check(actor, project: Project) -> None:
-    role = role_of(actor, project)
-    if role is None:
-        raise ProjectError("project", f"You are in no project named {project.name!r}.", status=404)
-    if role != Role.OWNER:
-        raise ProjectError("role", refusal(project, role, Action.BUDGET), status=403)
 
 
 @transaction.atomic
@@ -44,7 +36,7 @@ def service_token_create(*, actor, project: Project, name: str, role: str) -> tu
             bad role (400 naming ``project`` or ``role``).
         django.core.exceptions.ValidationError: a bad name (``{"name": ...}``), as for a user's token.
     """
-    _owner_check(actor, project)
+    role_check(actor, project, Action.BUDGET)
     if project.is_personal:
         raise ProjectError("project", "A personal project has no service tokens: create a project for CI.")
     if role not in SERVICE_ROLES:
@@ -82,7 +74,7 @@ def service_token_revoke(*, actor, project: Project, prefix: str) -> None:
     Raises:
         ProjectError: ``actor`` is not an owner (403/404), or no such token (404 naming ``prefix``).
     """
-    _owner_check(actor, project)
+    role_check(actor, project, Action.BUDGET)
     token = ApiToken.objects.filter(project=project, prefix=prefix).select_related("user").first()
     if token is None:
         raise ProjectError("prefix", f"Project {project.name} has no token {prefix!r}.", status=404)
