@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from apps.agent_api.models import AgentReport
-from apps.artifacts.models import Upload
+from apps.artifacts.models import Upload, upload_jobs_q
 from apps.core import clock
 from apps.core.choices import JobState
 from apps.jobs.checkpoints import checkpoint_for, checkpoint_path
@@ -42,11 +42,12 @@ def agent_work_for(node: Node, now: datetime | None = None) -> dict[str, list[di
 
 
 def node_may_fetch_upload(node: Node, upload: Upload) -> bool:
-    """True when ``node`` holds an open lease of, or pre-stages, a job of the upload's owner naming it.
+    """True when ``node`` holds an open lease of, or pre-stages, a job that may use the upload (its
+    owner's, or its project's: :func:`apps.artifacts.models.upload_jobs_q`) naming it.
 
     Anything else answers 404: a node token reads no other input.
     """
-    specs = leases_open_on(node).filter(job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+    specs = leases_open_on(node).filter(upload_jobs_q(upload, "job__")).values_list("job__spec", flat=True)
     if any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or []):
         return True
     return node_may_prestage_upload(node, upload)

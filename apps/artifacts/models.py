@@ -5,6 +5,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 
 def upload_path(instance: Upload, filename: str) -> str:
@@ -20,6 +21,9 @@ class Upload(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="uploads", help_text=(
+                                    "Set on a project's upload (SPEC §9): usable by the project's jobs only."))
     name = models.CharField(max_length=255)
     file = models.FileField(upload_to=upload_path, max_length=300)
     size_bytes = models.BigIntegerField()
@@ -35,6 +39,21 @@ class Upload(models.Model):
     @property
     def source(self) -> str:
         return f"upload:{self.id}"
+
+
+def uploads_usable(owner_id: int, project_id: int | None) -> Q:
+    """The uploads a job of ``owner_id`` in project ``project_id`` may name: the owner's own (of no
+    project) and the project's, whoever of its members uploaded them (SPEC §9)."""
+    own = Q(owner_id=owner_id, project__isnull=True)
+    return own | Q(project_id=project_id) if project_id is not None else own
+
+
+def upload_jobs_q(upload: Upload, prefix: str = "") -> Q:
+    """The jobs that may name ``upload`` (the other side of :func:`uploads_usable`): its owner's for
+    an upload of no project, else its project's; ``prefix`` is the path to the job (``"job__"``)."""
+    if upload.project_id is None:
+        return Q(**{f"{prefix}owner_id": upload.owner_id})
+    return Q(**{f"{prefix}project_id": upload.project_id})
 
 
 class Bundle(models.Model):

@@ -33,8 +33,9 @@ class ChunkError(Exception):
         self.conflict = conflict
 
 
-def upload_create(*, owner, name: str, fileobj: File) -> Upload:
-    """Store a user's input file and its sha256 and size.
+def upload_create(*, owner, name: str, fileobj: File, project_id: int | None = None) -> Upload:
+    """Store a user's input file (for project ``project_id``'s jobs, when given: the caller has
+    checked the uploader may submit there) and its sha256 and size.
 
     Raises:
         ValueError: the file is larger than ``E31_UPLOAD_MAX_BYTES``.
@@ -49,7 +50,7 @@ def upload_create(*, owner, name: str, fileobj: File) -> Upload:
     if size > settings.E31_UPLOAD_MAX_BYTES:
         raise ValueError(f"is {size} bytes; the most this site accepts is {settings.E31_UPLOAD_MAX_BYTES}")
     fileobj.seek(0)
-    upload = Upload(owner=owner, name=name[:255], size_bytes=size, sha256=digest.hexdigest())
+    upload = Upload(owner=owner, project_id=project_id, name=name[:255], size_bytes=size, sha256=digest.hexdigest())
     upload.file.save(name, fileobj, save=False)
     upload.save()
     return upload

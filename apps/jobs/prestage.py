@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 from e31_protocol.redact import redact_text
 
+from apps.artifacts.models import upload_jobs_q
 from apps.core import clock
 from apps.core.choices import JobState
 
@@ -123,9 +124,10 @@ def prestage_report(*, node, items: list[dict[str, Any]], now: datetime | None =
 
 
 def node_may_prestage_upload(node, upload) -> bool:
-    """True when ``node`` has a pre-stage of a queued job of the upload's owner that names it."""
-    specs = JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED,
-                                       job__owner_id=upload.owner_id).values_list("job__spec", flat=True)
+    """True when ``node`` has a pre-stage of a queued job that may use the upload
+    (:func:`apps.artifacts.models.upload_jobs_q`) and names it."""
+    specs = JobPrestage.objects.filter(upload_jobs_q(upload, "job__"), node=node,
+                                       job__state=JobState.QUEUED).values_list("job__spec", flat=True)
     return any(item.get("source") == upload.source for spec in specs for item in spec.get("data") or [])
 
 

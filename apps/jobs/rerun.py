@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from apps.artifacts.models import Upload
+from apps.artifacts.models import Upload, uploads_usable
 from apps.projects.access import Action, may, refusal, role_of
 
 from .models import Job
@@ -32,9 +32,11 @@ def rerun_document(job: Job) -> dict[str, Any]:
     return {key: value for key, value in job.spec.items() if key != "array"}
 
 
-def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser) -> dict[str, list[str]]:
-    """``{"data[i].source": [message]}`` for each ``upload:<id>`` of ``document`` that ``owner``
-    no longer has (the message names the file's target, never the internal id)."""
+def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser,
+                    project_id: int | None = None) -> dict[str, list[str]]:
+    """``{"data[i].source": [message]}`` for each ``upload:<id>`` of ``document`` that ``owner`` (in
+    project ``project_id``: its uploads too) may no longer use (the message names the file's target,
+    never the internal id)."""
     refs: dict[int, uuid.UUID | None] = {}
     for i, item in enumerate(document.get("data") or []):
         source = item.get("source") or ""
@@ -43,7 +45,8 @@ def uploads_missing(document: dict[str, Any], *, owner: AbstractBaseUser) -> dic
                 refs[i] = uuid.UUID(source[len("upload:"):])
             except ValueError:
                 refs[i] = None
-    kept = set(Upload.objects.filter(owner=owner, pk__in=[r for r in refs.values() if r]).values_list("pk", flat=True))
+    kept = set(Upload.objects.filter(uploads_usable(owner.pk, project_id), pk__in=[r for r in refs.values() if r])
+               .values_list("pk", flat=True))
     return {f"data[{i}].source": [f"The file uploaded for {document['data'][i].get('target') or 'this input'} is "
                                   "no longer kept; submit the spec again with the file attached."]
             for i, ref in refs.items() if ref not in kept}
@@ -75,7 +78,7 @@ def job_rerun(*, job: Job, by: AbstractBaseUser, resume: bool = False) -> Job:
         if not document.get("checkpoint"):
             raise SpecError({"resume": [f"Job {job.pk} names no checkpoint.path: there is nothing to resume from."]})
         document["checkpoint"] = {**document["checkpoint"], "resume_from": job.pk}
-    missing = uploads_missing(document, owner=by)
+    missing = uploads_missing(document, owner=by, project_id=job.project_id)
     if missing:
         raise SpecError(missing)
     with transaction.atomic():

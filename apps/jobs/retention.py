@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.db.models.functions import Length
 
-from apps.artifacts.models import Bundle, BundlePart, Upload
+from apps.artifacts.models import Bundle, BundlePart, Upload, uploads_usable
 from apps.artifacts.retention import BATCH, Swept, Usage, object_delete, upload_delete
 from apps.core.choices import JobState
 
@@ -112,8 +112,9 @@ def uploads_sweep(now: datetime, *, dry_run: bool = False, batch: int = BATCH) -
             last = rows[-1].pk
 
 
-def uploads_lock(owner_id: int, sources: Iterable[str]) -> list[str]:
-    """Lock the owner's uploads that ``sources`` name (``upload:<id>``), inside the caller's
+def uploads_lock(owner_id: int, sources: Iterable[str], project_id: int | None = None) -> list[str]:
+    """Lock the uploads that ``sources`` name (``upload:<id>``; the owner's or project
+    ``project_id``'s, :func:`apps.artifacts.models.uploads_usable`), inside the caller's
     transaction, so the sweep cannot delete one under a submit; returns the sources whose upload
     is gone."""
     ids: dict[str, str] = {}
@@ -127,7 +128,7 @@ def uploads_lock(owner_id: int, sources: Iterable[str]) -> list[str]:
     if not ids:
         return []
     found = {str(pk) for pk in Upload.objects.select_for_update().filter(
-        owner_id=owner_id, pk__in=[i for i in ids if is_uuid(i)]).values_list("pk", flat=True)}
+        uploads_usable(owner_id, project_id), pk__in=[i for i in ids if is_uuid(i)]).values_list("pk", flat=True)}
     return [source for key, source in ids.items() if key not in found]
 
 

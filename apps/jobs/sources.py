@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from apps.artifacts.models import Upload
+from apps.artifacts.models import Upload, uploads_usable
 
 from .models import Job
 
@@ -50,7 +50,7 @@ def source_words(job: Job, text: str) -> str:
             ids.append(uuid.UUID(ref))
         except ValueError:
             continue
-    names = {str(u.id): u.name for u in Upload.objects.filter(pk__in=ids, owner_id=job.owner_id)}
+    names = {str(u.id): u.name for u in Upload.objects.filter(uploads_usable(job.owner_id, job.project_id), pk__in=ids)}
 
     def words(match: re.Match[str]) -> str:
         key = match.group(1).lower()

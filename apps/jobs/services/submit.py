@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from apps.artifacts.models import Upload
+from apps.artifacts.models import Upload, uploads_usable
 from apps.core import clock
 from apps.core.choices import JobState
 from apps.core.observe import observe
@@ -40,9 +40,10 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
     """Validate a spec document fully: fields, uploads, file roots and the pool.
 
     ``upload:<name>`` naming one of ``attachments`` (files sent with the same
-    submission) is rewritten to ``upload:<id>``; ``upload:<id>`` must be one
-    of the owner's own uploads. ``project`` (default: the owner's personal project, or a service
-    token's own) must be one where the owner may submit (:func:`apps.projects.services.submit_project`).
+    submission) is rewritten to ``upload:<id>``; ``upload:<id>`` must be one of the owner's own
+    uploads or of the job's project's (:func:`apps.artifacts.models.uploads_usable`). ``project``
+    (default: the owner's personal project, or a service token's own) must be one where the owner
+    may submit (:func:`apps.projects.services.submit_project`).
 
     Raises:
         SpecError: field errors, keyed by field path.
@@ -60,7 +61,7 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
             ref = item.source[len("upload:"):]
             if ref in attachments:
                 item.source = attachments[ref].source
-            elif not Upload.objects.filter(owner=owner, pk=_as_uuid(ref)).exists():
+            elif not Upload.objects.filter(uploads_usable(owner.pk, spec._project_id), pk=_as_uuid(ref)).exists():
                 errors[f"data[{i}].source"] = [f"No uploaded file named {ref!r}: attach it or upload it first."]
         elif item.source.startswith("file://") and not _file_allowed(item.source):
             errors[f"data[{i}].source"] = ["file:// is only allowed in directories the operator allows."]
@@ -152,7 +153,7 @@ def spec_uploads_lock(owner: AbstractBaseUser, spec: JobSpec) -> None:
     Raises:
         SpecError: one was deleted since the spec was checked (the storage sweep).
     """
-    gone = set(uploads_lock(owner.pk, [item.source for item in spec.data]))
+    gone = set(uploads_lock(owner.pk, [item.source for item in spec.data], project_id=spec._project_id))
     errors = {f"data[{i}].source": ["This uploaded file was deleted (uploads no job uses are kept "
                                     f"{settings.E31_UPLOAD_GRACE_DAYS} days): upload it again."]
               for i, item in enumerate(spec.data) if item.source in gone}
