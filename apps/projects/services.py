@@ -93,8 +93,10 @@ def submit_project(user, name: str | None) -> Project:
 
 
 def projects_of(user) -> list[tuple[Project, str]]:
-    """``user``'s projects with their role, the personal one first (made if missing)."""
-    personal_project(user)
+    """``user``'s projects with their role, the personal one first (made if missing; a service
+    token's bot user has none: it acts for its project alone)."""
+    if not Membership.objects.filter(user=user, service=True).exists():
+        personal_project(user)
     rows = Membership.objects.filter(user=user).select_related("project").order_by("project__name")
     out = [(m.project, m.role) for m in rows]
     return sorted(out, key=lambda pr: (not pr[0].is_personal, pr[0].name))

@@ -34,6 +34,7 @@ def test_an_owners_service_token_submits_to_the_project_and_sees_only_its_jobs(t
     listed = [j["id"] for j in ci.get("/api/v1/jobs/").json()["results"]]
     assert submitted.json()["id"] in listed and theirs.json()["id"] not in listed
     assert client_of(team.viewer).get(f"/api/v1/jobs/{submitted.json()['id']}/").status_code == 200
+    assert [p["name"] for p in ci.get("/api/v1/projects/").json()["results"]] == ["ml"]  # no personal one
 
     rows = owner.get("/api/v1/projects/ml/tokens/").json()["results"]
     assert [(r["name"], r["role"]) for r in rows] == [("ci", "member")]
