@@ -77,11 +77,13 @@ def submit_project(user, name: str | None) -> Project:
         ProjectError: (400, field ``project``) not a member, or a viewer.
     """
     if name is None:
+        personal = Project.objects.filter(personal_of=user).first()  # one query on the common path
+        if personal is not None:
+            return personal
         service = Membership.objects.filter(user=user, service=True).select_related("project").first()
-        if service is not None:
-            name = service.project.name
-        else:
+        if service is None:
             return personal_project(user)
+        name = service.project.name
     try:
         project = project_for(user, name)
     except ProjectError as e:
