@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 
 from apps.core import clock
 
@@ -96,11 +97,16 @@ def submit_project(user, name: str | None) -> Project:
 
 def projects_of(user) -> list[tuple[Project, str]]:
     """``user``'s projects with their role, the personal one first (made if missing; a service
-    token's bot user has none: it acts for its project alone)."""
+    token's bot user has none: it acts for its project alone). Each project carries
+    ``member_count``, counted in the same query."""
     if not Membership.objects.filter(user=user, service=True).exists():
         personal_project(user)
-    rows = Membership.objects.filter(user=user).select_related("project").order_by("project__name")
-    out = [(m.project, m.role) for m in rows]
+    rows = (Membership.objects.filter(user=user).select_related("project")
+            .annotate(members=Count("project__memberships")).order_by("project__name"))
+    out = []
+    for m in rows:
+        m.project.member_count = m.members
+        out.append((m.project, m.role))
     return sorted(out, key=lambda pr: (not pr[0].is_personal, pr[0].name))
 
 

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.projects.models import Project
-from apps.projects.services import ProjectError, project_for
+from apps.projects.api.views import project_errors, project_or_error
 
 from ..models import Event, Webhook, WebhookDelivery
 from ..services import deliveries_of, webhook_create, webhook_delete, webhooks_of
-
-
-class Unavailable(APIException):
-    status_code = 503
-    default_detail = "Webhooks cannot be made now."
 
 
 class WebhookOut(serializers.Serializer):
@@ -56,64 +49,36 @@ def delivery_out(d: WebhookDelivery) -> dict:
             "delivered_at": d.delivered_at, "created_at": d.created_at}
 
 
-def api_error(e: ProjectError) -> APIException:
-    """The answer to a refusal: 404/403/503 with ``detail``, else 400 naming the field."""
-    if e.status == 404:
-        return NotFound(e.message)
-    if e.status == 403:
-        return PermissionDenied(e.message)
-    if e.status == 503:
-        return Unavailable(e.message)
-    return ValidationError({e.field: [e.message]})
-
-
-def _project(request, name: str) -> Project:
-    if "\x00" in name:  # no name holds one, and PostgreSQL refuses it in a query (a 500)
-        raise NotFound(f"You are in no project named {name!r}.")
-    try:
-        return project_for(request.user, name)
-    except ProjectError as e:
-        raise api_error(e) from None
-
-
 class WebhookListView(APIView):
     @extend_schema(responses=inline_serializer("WebhookList", {"results": WebhookOut(many=True)}))
     def get(self, request, name: str):
-        try:
-            hooks = webhooks_of(actor=request.user, project=_project(request, name))
-        except ProjectError as e:
-            raise api_error(e) from None
+        with project_errors():
+            hooks = webhooks_of(actor=request.user, project=project_or_error(request, name))
         return Response({"results": WebhookOut([webhook_out(h) for h in hooks], many=True).data})
 
     @extend_schema(request=inline_serializer("WebhookIn", {
         "url": serializers.URLField(), "events": serializers.ListField(child=serializers.CharField())}),
         responses={201: WebhookCreated})
     def post(self, request, name: str):
-        project = _project(request, name)
+        project = project_or_error(request, name)
         body = request.data if hasattr(request.data, "get") else {}
-        try:
+        with project_errors():
             hook, secret = webhook_create(actor=request.user, project=project, url=body.get("url"),
                                           events=body.get("events"))
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(WebhookCreated({**webhook_out(hook), "secret": secret}).data, status=201)
 
 
 class WebhookDetailView(APIView):
     @extend_schema(responses={204: None})
     def delete(self, request, name: str, webhook_id: int):
-        try:
-            webhook_delete(actor=request.user, project=_project(request, name), webhook_id=webhook_id)
-        except ProjectError as e:
-            raise api_error(e) from None
+        with project_errors():
+            webhook_delete(actor=request.user, project=project_or_error(request, name), webhook_id=webhook_id)
         return Response(status=204)
 
 
 class DeliveryListView(APIView):
     @extend_schema(responses=inline_serializer("WebhookDeliveryList", {"results": DeliveryOut(many=True)}))
     def get(self, request, name: str, webhook_id: int):
-        try:
-            rows = deliveries_of(actor=request.user, project=_project(request, name), webhook_id=webhook_id)
-        except ProjectError as e:
-            raise api_error(e) from None
+        with project_errors():
+            rows = deliveries_of(actor=request.user, project=project_or_error(request, name), webhook_id=webhook_id)
         return Response({"results": DeliveryOut([delivery_out(d) for d in rows], many=True).data})

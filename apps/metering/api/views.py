@@ -26,8 +26,8 @@ from apps.metering.selectors import (
     usage_rows,
 )
 from apps.metering.statements import statement_of
-from apps.projects.api.views import api_error
-from apps.projects.services import ProjectError, project_for
+from apps.projects.api.views import project_errors
+from apps.projects.services import project_for
 
 
 def parse_when(value: str | None, field: str) -> datetime | None:
@@ -63,10 +63,8 @@ class UsageView(APIView):
             raise ValidationError({"to": ["Must not be before `from`."]})
         project = None
         if request.query_params.get("project"):
-            try:
+            with project_errors():
                 project = project_for(request.user, request.query_params["project"])
-            except ProjectError as e:
-                raise api_error(e) from None
         leases = list(usage_leases(user=request.user, start=start, end=end, project=project))
         statement = statement_of(leases, clock.now(), (start, end) if start or end else None)
         if request.query_params.get("format") == "csv":

@@ -2,6 +2,9 @@
 every rule is :mod:`apps.projects.services` and :mod:`apps.projects.access`."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
@@ -41,7 +44,7 @@ class MemberOut(serializers.Serializer):
 
 def project_out(project: Project, role: str) -> dict:
     return {"name": project.name, "role": role, "personal": project.is_personal,
-            "members": project.memberships.count(),
+            "members": getattr(project, "member_count", None) or project.memberships.count(),
             "spend_limit": None if project.spend_limit is None else str(project.spend_limit),
             "budget": None if project.budget is None else str(project.budget), "alert_percent": project.alert_percent}
 
@@ -50,13 +53,29 @@ def member_out(m: Membership) -> dict:
     return {"username": m.user.username, "role": m.role}
 
 
+class Unavailable(APIException):
+    status_code = 503
+    default_detail = "This cannot be done now."
+
+
 def api_error(e: ProjectError) -> APIException:
-    """The API's answer to a refused change: 404/403 with ``detail``, else 400 naming the field."""
+    """The API's answer to a refused change: 404/403/503 with ``detail``, else 400 naming the field."""
     if e.status == 404:
         return NotFound(e.message)
     if e.status == 403:
         return PermissionDenied(e.message)
+    if e.status == 503:
+        return Unavailable(e.message)
     return ValidationError({e.field: [e.message]})
+
+
+@contextmanager
+def project_errors() -> Iterator[None]:
+    """Answer a :class:`~apps.projects.services.ProjectError` raised inside as :func:`api_error` does."""
+    try:
+        yield
+    except ProjectError as e:
+        raise api_error(e) from None
 
 
 def _body(request) -> dict:
@@ -65,10 +84,8 @@ def _body(request) -> dict:
 
 def project_or_error(request, name: str) -> Project:
     """Project ``name`` as the caller sees it; a stranger gets NotFound."""
-    try:
+    with project_errors():
         return project_for(request.user, name)
-    except ProjectError as e:
-        raise api_error(e) from None
 
 
 class ProjectListView(APIView):
@@ -79,10 +96,8 @@ class ProjectListView(APIView):
     @extend_schema(request=inline_serializer("ProjectIn", {"name": serializers.CharField()}),
                    responses={201: ProjectOut})
     def post(self, request):
-        try:
+        with project_errors():
             project = project_create(owner=request.user, name=_body(request).get("name"))
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(project_out(project, Role.OWNER), status=201)
 
 
@@ -96,10 +111,8 @@ class ProjectDetailView(APIView):
     def delete(self, request, name: str):
         """Delete a project without jobs (owners only)."""
         project = project_or_error(request, name)
-        try:
+        with project_errors():
             project_delete(actor=request.user, project=project)
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(status=204)
 
     @extend_schema(request=inline_serializer("ProjectBudget", {"budget": serializers.CharField(allow_null=True),
@@ -108,11 +121,9 @@ class ProjectDetailView(APIView):
     def patch(self, request, name: str):
         """The owner's budget and alert threshold (owners only)."""
         project, body = project_or_error(request, name), _body(request)
-        try:
+        with project_errors():
             project = project_set_budget(actor=request.user, project=project, budget=body.get("budget"),
                                          alert_percent=body.get("alert_percent"))
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(project_out(project, role_of(request.user, project)))
 
 
@@ -127,11 +138,9 @@ class MemberListView(APIView):
                    responses={201: MemberOut})
     def post(self, request, name: str):
         project, body = project_or_error(request, name), _body(request)
-        try:
+        with project_errors():
             m = member_add(actor=request.user, project=project, who=body.get("username"),
                            role=body.get("role", Role.MEMBER))
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(member_out(m), status=201)
 
 
@@ -139,18 +148,14 @@ class MemberDetailView(APIView):
     @extend_schema(request=inline_serializer("MemberRole", {"role": serializers.CharField()}), responses=MemberOut)
     def patch(self, request, name: str, username: str):
         project = project_or_error(request, name)
-        try:
+        with project_errors():
             m = member_set_role(actor=request.user, project=project, username=username,
                                 role=_body(request).get("role"))
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(member_out(m))
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str, username: str):
         project = project_or_error(request, name)
-        try:
+        with project_errors():
             member_remove(actor=request.user, project=project, username=username)
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(status=204)

@@ -12,7 +12,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.projects.api.views import api_error, project_or_error
+from apps.projects.api.views import api_error, project_errors, project_or_error
 from apps.projects.services import ProjectError
 from apps.tokens.models import NAME_MAX, ApiToken
 from apps.tokens.service_tokens import service_token_create, service_token_revoke, service_token_role, service_tokens
@@ -113,10 +113,8 @@ class ServiceTokenListView(APIView):
     @extend_schema(responses=inline_serializer("ServiceTokenList", {"results": ServiceTokenOut(many=True)}))
     def get(self, request, name: str):
         project = project_or_error(request, name)
-        try:
+        with project_errors():
             tokens = service_tokens(actor=request.user, project=project)
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response({"results": [service_token_out(t) for t in tokens]})
 
     @extend_schema(request=ServiceTokenIn, responses={201: ServiceTokenOut})
@@ -140,8 +138,6 @@ class ServiceTokenDetailView(APIView):
     def delete(self, request, name: str, prefix: str):
         """Revoke the project's token ``prefix`` at once (owners only)."""
         project = project_or_error(request, name)
-        try:
+        with project_errors():
             service_token_revoke(actor=request.user, project=project, prefix=prefix)
-        except ProjectError as e:
-            raise api_error(e) from None
         return Response(status=204)

@@ -56,7 +56,7 @@ def projects_page(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Project {project.name} made; you are its owner.")
                 return redirect("projects:detail", name=project.name)
-    rows = [{"project": p, "role": r, "members": p.memberships.count()} for p, r in projects_of(request.user)]
+    rows = [{"project": p, "role": r, "members": p.member_count} for p, r in projects_of(request.user)]
     return render(request, "projects/list.html", {"section": "projects", "form": form, "rows": rows})
 
 
