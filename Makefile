@@ -9,7 +9,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/e31
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_E2E_REDIS_DB ?= 14
 # Two pytest-xdist workers (this machine has 2 cores), a module (file) per worker at a time, so a
-# module's shared live stack stays on one; each worker on its own database and Redis numbers
+# module's shared fixtures stay on one; each worker on its own database and Redis numbers
 # (tests/workers.py: gw0 Redis 15 and 14, gw1 13 and 12). TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 
@@ -40,14 +40,13 @@ lint: $(VENV)/.installed
 	$(PY) scripts/import_cycles.py
 	$(PY) scripts/clock_check.py
 
-# Two runs: the tests that start no live stack over TEST_WORKERS xdist workers, then the live-stack
-# modules (marked e2e: uvicorn, Celery, agents) one at a time. Two live stacks at once on this 2-core
-# machine made timing drills fail (a 3 s run billed 18 s, a stack not up in 30 s); serially they hold.
+# One run over TEST_WORKERS xdist workers: the live-stack modules (marked e2e: uvicorn, Celery, agents)
+# in one group, one after another on one worker, beside every other module on the other (tests/conftest.py,
+# pytest_xdist_make_scheduler: two live stacks at once on this 2-core machine made timing drills fail).
 TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) E31_E2E_REDIS_DB=$(TEST_E2E_REDIS_DB) \
 	E31_CELERY_EAGER=1
 test: $(VENV)/.installed lint
-	$(TEST_ENV) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e" --durations=10
-	$(TEST_ENV) $(VENV)/bin/pytest -p no:xdist -m e2e --durations=10
+	$(TEST_ENV) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=10
 
 bench: $(VENV)/.installed
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/run_all.py

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,9 @@ class LocalStack:
         spread_agents: agent i talks to web process ``i % web`` (else every agent to the first).
         env: extra environment for every process.
         agent_args: extra command-line arguments for every agent.
+        issue_token: ``issue_token(node) -> token`` in this process (tests: the pool service on the
+            same database, milliseconds); else one ``manage.py issue_node_token`` for every node,
+            started beside the web processes (about 2 s of Django start-up on this machine).
 
     Fault drills (tests/e2e/test_faults.py): :meth:`signal_agent` (``kill -9``,
     SIGSTOP), :meth:`start_agent` (again, on the same work dir and token),
@@ -86,6 +90,7 @@ class LocalStack:
     spread_agents: bool = False
     env: dict[str, str] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)
+    issue_token: Callable[[str], str] | None = None
     procs: list[subprocess.Popen] = field(default_factory=list, init=False)
     ports: list[int] = field(default_factory=list, init=False)
     named: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
@@ -103,7 +108,7 @@ class LocalStack:
     def _env(self) -> dict[str, str]:
         env = {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
                "E31_VAR_DIR": str(self.var_dir), "E31_CELERY_EAGER": "0", "PYTHONUNBUFFERED": "1",
-               "DJANGO_SETTINGS_MODULE": "e31site.settings", **self.env}
+               "DJANGO_SETTINGS_MODULE": "e31site.settings", "E31_CELERY_POLL_S": "0.2", **self.env}
         return env
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -136,6 +141,9 @@ class LocalStack:
         for _ in range(self.web):
             self.ports.append(free_port())
         self._spawn_web(env)
+        names = [name for name, _simulate in self.agents]
+        issuing = None if self.issue_token or not names else subprocess.Popen(
+            [py, "manage.py", "issue_node_token", *names], cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, text=True)
         kinds = [("worker-core", "core"), ("worker-side", "side")] if self.split_workers else [("worker", "core,side")]
         for kind, queues in kinds:
             for i in range(self.workers):
@@ -146,10 +154,15 @@ class LocalStack:
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)
+        if issuing is None:
+            self.tokens = {name: self.issue_token(name) for name in names} if self.issue_token else {}
+        else:
+            out, _ = issuing.communicate(timeout=timeout)
+            if issuing.returncode != 0:
+                raise RuntimeError(f"manage.py issue_node_token exited with {issuing.returncode}")
+            self.tokens = dict(zip(names, out.split(), strict=True))
         self._wait_web(time.monotonic() + timeout)
-        for name, _simulate in self.agents:
-            self.tokens[name] = subprocess.run([py, "manage.py", "issue_node_token", name], cwd=BASE_DIR, env=env,
-                                               check=True, capture_output=True, text=True).stdout.strip()
+        for name in names:
             self.start_agent(name)
         return self
 

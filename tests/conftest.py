@@ -1,6 +1,9 @@
-"""Shared fixtures: an owner, a stranger, their API clients, a small pool."""
+"""Shared fixtures: an owner, a stranger, their API clients, a small pool; the order and grouping
+of the tests under pytest-xdist."""
+import functools
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -12,6 +15,7 @@ from .cycles import HarnessCycles
 from .factories import UserFactory, node_with_gpus, seed_rates
 from .s3 import s3_endpoint, s3_storage  # noqa: F401  (fixtures: a real S3-compatible server, tests/s3.py)
 
+ROOT = Path(__file__).resolve().parent.parent
 workers.use_worker_redis()  # under pytest-xdist: this worker's Redis numbers (tests/workers.py)
 
 
@@ -118,14 +122,60 @@ def silent_mail_server():
     server.close()
 
 
+def live_module(path: str) -> bool:
+    """Whether the test module at ``path`` (a node id's file part, relative to the repository root)
+    starts real processes: its text marks it ``pytest.mark.e2e``. Read from the file, so that the
+    xdist controller, which collects nothing, groups the modules as the workers sort them."""
+    return _live_module(str(ROOT / path))
+
+
+@functools.cache
+def _live_module(path: str) -> bool:
+    try:
+        return "pytest.mark.e2e" in Path(path).read_text()
+    except OSError:
+        return False
+
+
 def pytest_collection_modifyitems(items):
-    """The modules that start real processes (marked ``e2e``, the slowest: 10 s to minutes each) run
-    first, so that under pytest-xdist (``--dist loadfile``) they spread over both workers from the
-    start and the quick modules fill in after, instead of one worker running the last live modules
-    alone. A module's tests stay together and in their order."""
-    live_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e")}
+    """The modules that start real processes (marked ``e2e``: uvicorn, Celery, agents; 2 s to a
+    minute each) come first, together, and the modules of :data:`FIRST_IN_THEIR_PROCESS` before
+    them; a module's tests stay together and in their order.
+
+    Raises:
+        pytest.UsageError: a test is marked ``e2e`` by other means than its module's text
+            (a marker :func:`live_module` cannot see, so the scheduler would not group it).
+    """
+    for item in items:
+        if item.get_closest_marker("e2e") and not live_module(item.nodeid.split("::")[0]):
+            raise pytest.UsageError(f"{item.nodeid}: mark its module with `pytestmark = [pytest.mark.e2e]`")
     items.sort(key=lambda item: (item.nodeid.split("::")[0] not in FIRST_IN_THEIR_PROCESS,
-                                 item.nodeid.split("::")[0] not in live_files))
+                                 not live_module(item.nodeid.split("::")[0])))
+
+
+@pytest.hookimpl(optionalhook=True)  # a run with -p no:xdist has no such hook
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadgroup`` (``make test``): every live module in one group, ``live``, run one
+    after another on one worker, beside every other module on the other, a module (file) per work
+    unit as ``--dist loadfile`` hands them out.
+
+    Two live stacks at once on this 2-core machine made timing drills fail (a 3 s run billed 18 s),
+    and a live stack leaves about a core idle (the live modules alone: 580 CPU-s in 635 s of wall
+    time), so the two workers together end in about the time of the live group alone. pytest-xdist's
+    own loadgroup names groups by ``xdist_group`` marks, but 3.8 writes the group into
+    ``item._nodeid``, which pytest 9 no longer reads: no group ever formed."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # hand the units out in collection order: the live group first
+
+    class LiveGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "live" if live_module(path) else path
+
+    return LiveGroupScheduling(config, log)
 
 
 # Modules that run first, in a process no other module has used: test_live_consumers drives the ASGI

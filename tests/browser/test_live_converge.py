@@ -15,7 +15,7 @@ from apps.jobs.services.cancel import job_cancel
 from apps.live import push as live
 from apps.pool.models import Node
 from devstack import LocalStack
-from tests.e2e.conftest import database_url
+from tests.e2e.conftest import database_url, node_token
 from tests.factories import UserFactory
 from tests.web.factories import queued_job
 
@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 def stack(transactional_db, tmp_path):
     """One uvicorn, a worker, one agent; live heartbeats every second."""
     live_stack = LocalStack(database_url=database_url(), redis_url=settings.REDIS_URL, var_dir=tmp_path / "var",
-                            agents=[("node-a", "1xH100-80GB")], env={"E31_LIVE_HEARTBEAT_S": "1"})
+                            agents=[("node-a", "1xH100-80GB")], env={"E31_LIVE_HEARTBEAT_S": "1"},
+                            issue_token=node_token)
     live_stack.start()
     try:
         yield live_stack

@@ -45,7 +45,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from devstack import BASE_DIR, LocalStack
-from tests.e2e.conftest import E2E_REDIS_DB, database_url
+from tests.e2e.conftest import E2E_REDIS_DB, database_url, node_token
 from tests.factories import PASSWORD, UserFactory, flush_database
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS
@@ -257,7 +257,8 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
         redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}"
         stack = LocalStack(database_url=database_url(), redis_url=redis_url,
                            var_dir=tmp_path_factory.mktemp("tour") / "var", beat=True, env=FAST,
-                           agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB"), ("node-c", "1xL40S-48GB")])
+                           agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB"), ("node-c", "1xL40S-48GB")],
+                           issue_token=node_token)
         try:
             begin = time.monotonic()
             stack.start()

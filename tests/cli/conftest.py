@@ -16,7 +16,7 @@ from django.db import connection
 
 from apps.pool.models import Gpu
 from devstack import LocalStack
-from tests.e2e.conftest import E2E_REDIS_DB, database_url
+from tests.e2e.conftest import E2E_REDIS_DB, database_url, node_token
 from tests.factories import flush_database
 
 E31 = str(Path(sys.executable).with_name("e31"))  # the console script `make` installs (-e ./cli)
@@ -67,7 +67,7 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
         redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}"
         stack = LocalStack(database_url=database_url(), redis_url=redis_url, var_dir=tmp / "var",
                            agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")],
-                           env={"E31_GRACE_S": "2"})
+                           env={"E31_GRACE_S": "2"}, issue_token=node_token)
         try:
             stack.start()
             stack.wait_for(lambda: Gpu.objects.count() == 6, timeout=30)

@@ -19,6 +19,14 @@ def database_url() -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+def node_token(name: str) -> str:
+    """A node's agent token, issued in the test process on the test database (the stack's
+    ``issue_token``: no ``manage.py`` start-up per stack)."""
+    from apps.pool.services import node_token_issue
+
+    return node_token_issue(name=name)
+
+
 def live_stack(tmp_path, *, redis_url: str, web: int = 1, env: dict[str, str] | None = None, **shape):
     """A started :class:`LocalStack` (node-a 4 x H100, node-b 2 x A100, 2 s grace) on the test
     database; yields it once both agents registered, stops it after. ``env``: more environment
@@ -27,7 +35,7 @@ def live_stack(tmp_path, *, redis_url: str, web: int = 1, env: dict[str, str] | 
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
         pytest.fail("live-stack tests need DATABASE_URL (PostgreSQL) and REDIS_URL; run `make test`")
     live = LocalStack(database_url=database_url(), redis_url=redis_url, var_dir=tmp_path / "var",
-                      agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")], web=web,
+                      agents=[("node-a", "4xH100-80GB"), ("node-b", "2xA100-40GB")], web=web, issue_token=node_token,
                       env={"E31_GRACE_S": "2", **(env or {})}, **shape)
     live.start()
     try:

@@ -32,15 +32,17 @@ from apps.pool.models import Node
 from devstack import LocalStack
 from tests.factories import UserFactory
 
-from .conftest import E2E_REDIS_DB, database_url
+from .conftest import E2E_REDIS_DB, database_url, node_token
 from .test_five_steps import check_bundle, check_meter, token_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 # Short clocks so each drill takes seconds: heartbeats every second, the node watch every
-# second, SIGTERM-to-SIGKILL grace 1 s, and agents that retry at most every 2 s.
+# second, SIGTERM-to-SIGKILL grace 1 s, agents that retry at most every 2 s, and a server that ends a
+# silent agent's run 5 s past its limit + grace.
 FAST = {"E31_HEARTBEAT_S": "1", "E31_NODE_WATCH_PERIOD_S": "1", "E31_SCHEDULER_PERIOD_S": "1",
-        "E31_GRACE_S": "1", "E31_AGENT_POLL_WAIT_S": "5", "E31_AGENT_RETRY_MAX_S": "2"}
+        "E31_GRACE_S": "1", "E31_AGENT_POLL_WAIT_S": "5", "E31_AGENT_RETRY_MAX_S": "2",
+        "E31_TIME_LIMIT_SLACK_S": "5"}
 MARKER_VAR = "E31_RUN_MARKER"
 
 
@@ -55,7 +57,7 @@ def make_stack(transactional_db, tmp_path):
     def make(loss_timeout_s: int) -> LocalStack:
         live = LocalStack(database_url=database_url(), redis_url=settings.REDIS_URL.rsplit("/", 1)[0] + f"/{db}",
                           var_dir=tmp_path / "var", agents=[("node-a", "1xH100-80GB")], beat=True,
-                          env={**FAST, "E31_NODE_LOSS_TIMEOUT_S": str(loss_timeout_s)})
+                          env={**FAST, "E31_NODE_LOSS_TIMEOUT_S": str(loss_timeout_s)}, issue_token=node_token)
         started.append(live)
         live.start()
         live.wait_for(lambda: Node.objects.filter(name="node-a", state="up").exists(), timeout=30)
@@ -192,7 +194,7 @@ def test_a_job_cut_off_from_its_agent_ends_at_its_time_limit(make_stack, api):
     stack.wait_for(lambda: state_of(job_id) == "running", timeout=30)
     stack.signal_agent("node-a", signal.SIGSTOP)
     try:
-        slack = int(FAST["E31_GRACE_S"]) + 30  # jobs_enforce_time_limits waits grace + 30 s for the agent
+        slack = int(FAST["E31_GRACE_S"]) + int(FAST["E31_TIME_LIMIT_SLACK_S"])  # the server's wait for the agent
         stack.wait_for(lambda: state_of(job_id) == "released", timeout=slack + 20)
         # on the host, the job's shim stopped the run itself, a few seconds past the limit
         assert job_processes(job_id) == []

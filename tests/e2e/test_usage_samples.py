@@ -10,7 +10,7 @@ from apps.pool.models import Gpu
 from devstack import LocalStack
 from tests.factories import UserFactory
 
-from .conftest import E2E_REDIS_DB, database_url
+from .conftest import E2E_REDIS_DB, database_url, node_token
 from .test_five_steps import browser_client, token_client, wait_released
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -24,7 +24,7 @@ def sampled_stack(transactional_db, tmp_path):
     redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{E2E_REDIS_DB}"
     live = LocalStack(database_url=database_url(), redis_url=redis_url, var_dir=tmp_path / "var",
                       agents=[("node-a", "1xH100-80GB")],
-                      env={"E31_GRACE_S": "2", "E31_AGENT_SAMPLE_INTERVAL_S": "0.5"})
+                      env={"E31_GRACE_S": "2", "E31_AGENT_SAMPLE_INTERVAL_S": "0.5"}, issue_token=node_token)
     live.start()
     try:
         live.wait_for(lambda: Gpu.objects.count() == 1, timeout=30)

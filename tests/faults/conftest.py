@@ -10,7 +10,7 @@ from django.db import connection
 
 from apps.pool.models import Node
 from devstack import LocalStack
-from tests.e2e.conftest import E2E_REDIS_DB, _meter_check_after_the_stack, database_url  # noqa: F401
+from tests.e2e.conftest import E2E_REDIS_DB, _meter_check_after_the_stack, database_url, node_token  # noqa: F401
 from tests.e2e.test_faults import FAST
 
 
@@ -29,7 +29,7 @@ def stack_with(transactional_db, tmp_path):
         live = LocalStack(database_url=database_url(), redis_url=settings.REDIS_URL.rsplit("/", 1)[0] + f"/{db}",
                           var_dir=tmp_path / "var", agents=agents, beat=True, split_workers=True,
                           env={**FAST, "E31_NODE_LOSS_TIMEOUT_S": str(loss_timeout_s), **(env or {})},
-                          agent_args=list(agent_args or []))
+                          agent_args=list(agent_args or []), issue_token=node_token)
         started.append(live)
         live.start()
         names = [name for name, _ in agents]

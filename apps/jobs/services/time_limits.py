@@ -21,11 +21,12 @@ def jobs_enforce_time_limits(grace_s: int | None = None, *, now: datetime | None
     For an agent cut off from the server: the meter stops at the limit and
     the job is released ``timed_out``; its GPUs stay fenced (held, unbilled) until
     the node's heartbeat no longer lists the attempt, or the node is declared down.
-    ``grace_s``: seconds past the limit before the server acts (default ``E31_GRACE_S`` + 30);
+    ``grace_s``: seconds past the limit before the server acts (default ``E31_GRACE_S`` +
+    ``E31_TIME_LIMIT_SLACK_S``, 30 s);
     ``now``: the time of the check and of the release (default :func:`apps.core.clock.now`).
     Returns how many jobs it ended.
     """
-    grace = settings.E31_GRACE_S + 30 if grace_s is None else grace_s
+    grace = settings.E31_GRACE_S + settings.E31_TIME_LIMIT_SLACK_S if grace_s is None else grace_s
     now = now or clock.now()
     ended = 0
     for job in Job.objects.filter(state__in=[JobState.RENTED, JobState.RUNNING]):
