@@ -154,8 +154,8 @@ class LocalStack:
         if self.beat:
             self._spawn("beat", [py, "-m", "celery", "-A", "e31site", "beat", "--loglevel=WARNING",
                                  "--schedule", str(self.var_dir / "celerybeat-schedule")], env)
-        if issuing is None:
-            self.tokens = {name: self.issue_token(name) for name in names} if self.issue_token else {}
+        if issuing is None:  # issue_token given, or no agents
+            self.tokens = {name: self.issue_token(name) for name in names}
         else:
             out, _ = issuing.communicate(timeout=timeout)
             if issuing.returncode != 0:

@@ -122,17 +122,13 @@ def silent_mail_server():
     server.close()
 
 
+@functools.cache
 def live_module(path: str) -> bool:
     """Whether the test module at ``path`` (a node id's file part, relative to the repository root)
     starts real processes: its text marks it ``pytest.mark.e2e``. Read from the file, so that the
     xdist controller, which collects nothing, groups the modules as the workers sort them."""
-    return _live_module(str(ROOT / path))
-
-
-@functools.cache
-def _live_module(path: str) -> bool:
     try:
-        return "pytest.mark.e2e" in Path(path).read_text()
+        return "pytest.mark.e2e" in (ROOT / path).read_text()
     except OSError:
         return False
 

@@ -7,7 +7,7 @@ from apps.pool.services import node_token_issue
 
 
 class Command(BaseCommand):
-    help = "Print a new token for node NODE (the old one stops working). Give it to e31-agent --token."
+    help = "Print a new token for each NODE (its old one stops working). Give it to e31-agent --token."
 
     def add_arguments(self, parser):
         parser.add_argument("node", nargs="+")
