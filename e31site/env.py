@@ -41,7 +41,12 @@ def env_int(name: str, default: int) -> int:
         ValueError: the variable is set but not an integer.
     """
     raw = os.environ.get(name)
-    return default if raw in (None, "") else int(raw)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
 
 
 def env_float(name: str, default: float) -> float:
@@ -51,7 +56,12 @@ def env_float(name: str, default: float) -> float:
         ValueError: the variable is set but not a number.
     """
     raw = os.environ.get(name)
-    return default if raw in (None, "") else float(raw)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
 def env_list(name: str, default: list[str] | None = None, sep: str = ",") -> list[str]:
