@@ -3,7 +3,9 @@
 The alert: once per project and month, when every
 member's spend passes ``alert_percent`` of the project's limit (the lower of the operator's
 ``spend_limit`` and the owner's ``budget``), the project's owners and admins see a banner on every
-page. Checked by the same periodic task as the accounts' alerts (:mod:`apps.metering.budget`).
+page, and those of them with e-mail notices on get one e-mail (:data:`.signals.project_budget_alert_raised`,
+sent by :mod:`apps.notices`). Checked by the same periodic task as the accounts' alerts
+(:mod:`apps.metering.budget`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from .days import month_start, next_month_start
 from .limits import month_spent_of, project_limit
 from .models import ProjectBudgetAlert
 from .selectors import leases_overlapping, usage_base, usage_by_member, with_line_fields
+from .signals import project_budget_alert_raised
 from .statements import Statement, statement_of
 
 
@@ -34,7 +37,9 @@ def _month(now: datetime) -> tuple[date, datetime, datetime]:
 
 def project_alert_check(project: Project, now: datetime) -> ProjectBudgetAlert | None:
     """Raise ``project``'s alert if the month's spend has passed its threshold (strictly above);
-    the alert raised or moved up to a higher threshold, else None."""
+    the alert raised or moved up to a higher threshold, else None. The first alert of a month sends
+    :data:`~.signals.project_budget_alert_raised` (the e-mail); moving it up shows the banner again
+    and sends nothing, as an account's alert (:func:`~.budget.budget_alert_check`)."""
     limit = project_limit(project)
     if limit is None:
         return None
@@ -50,12 +55,19 @@ def project_alert_check(project: Project, now: datetime) -> ProjectBudgetAlert |
             alert, created = ProjectBudgetAlert.objects.select_for_update().get_or_create(
                 project=project, month=month,
                 defaults={"threshold_percent": percent, "limit": limit, "spent": spent, "raised_at": now})
-            if not created:
+            if created:
+                project_budget_alert_raised.send(sender=ProjectBudgetAlert, alert_id=alert.pk, project_id=project.pk)
+            else:
                 alert.threshold_percent, alert.limit, alert.spent, alert.raised_at = percent, limit, spent, now
                 alert.save(update_fields=["threshold_percent", "limit", "spent", "raised_at"])
     except IntegrityError:  # another scan made it at the same moment
         return None
     return alert
+
+
+def project_budget_alert_of(alert_id: int) -> ProjectBudgetAlert | None:
+    """Project budget alert ``alert_id`` with its project, or None when there is none (a stale task's id)."""
+    return ProjectBudgetAlert.objects.select_related("project").filter(pk=alert_id).first()
 
 
 def project_alerts_scan(now: datetime | None = None) -> int:

@@ -7,3 +7,10 @@ budget_alert_raised = Signal()
 Sent inside the transaction that stores the :class:`apps.metering.models.BudgetAlert`, with
 ``alert_id`` (the row's id) and ``owner_id``; receivers defer side effects to ``on_commit``.
 """
+
+project_budget_alert_raised = Signal()
+"""A project's month's spend passed its alert threshold for the first time this month (issue 25 item 3).
+
+Sent inside the transaction that stores the :class:`apps.metering.models.ProjectBudgetAlert`, with
+``alert_id`` and ``project_id``; receivers defer side effects to ``on_commit``.
+"""

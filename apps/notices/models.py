@@ -64,3 +64,23 @@ class BudgetNoticeSent(models.Model):
 
     def __str__(self) -> str:
         return f"budget e-mail {self.month:%Y-%m} to {self.owner_id}"
+
+
+class ProjectBudgetNoticeSent(models.Model):
+    """A project's budget alert e-mail went out to one of its owners or admins for one calendar month
+    (issue 25 item 3): the claim that makes it happen once per recipient, inserted in the sending
+    transaction as :class:`BudgetNoticeSent` is. ``month`` is the alert's
+    (:attr:`apps.metering.models.ProjectBudgetAlert.month`, the site's time zone)."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="budget_notices_sent")
+    recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                  related_name="project_budget_notices_sent")
+    month = models.DateField()
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "recipient", "month"],
+                                               name="one_project_budget_notice_per_recipient_month")]
+
+    def __str__(self) -> str:
+        return f"project {self.project_id} budget e-mail {self.month:%Y-%m} to {self.recipient_id}"

@@ -1,4 +1,5 @@
-"""Notices sent outside the browser: the e-mail when a job is released."""
+"""Notices sent outside the browser: the e-mail when a job is released, and the budget alerts' e-mails
+(an account's, a project's)."""
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,10 @@ from apps.core import clock
 from apps.core.choices import JobState
 from apps.jobs.models import Job
 from apps.metering.budget import budget_alert_of
+from apps.metering.project_budget import project_budget_alert_of
+from apps.projects.models import Membership, Role
 
-from .models import BudgetNoticeSent, NoticePreference, NoticeSent
+from .models import BudgetNoticeSent, NoticePreference, NoticeSent, ProjectBudgetNoticeSent
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +86,37 @@ def budget_email_send(*, alert_id: int) -> bool:
     except IntegrityError:  # already sent this month
         return False
     return True
+
+
+def project_budget_email_send(*, alert_id: int) -> int:
+    """E-mail project budget alert ``alert_id`` to each of the project's owners and admins who turned
+    e-mail notices on and have an address, one mail each (no recipient sees another's address).
+
+    Once per recipient, project and month (:class:`ProjectBudgetNoticeSent` claimed in each mail's
+    sending transaction, as :func:`budget_email_send`), so a second delivery of the task, or one
+    retried after a recipient's mail failed, sends only what is missing. Returns how many mails were
+    sent. Raises what the mail backend raises (that recipient's claim is rolled back; those mailed
+    before keep theirs).
+    """
+    alert = project_budget_alert_of(alert_id)
+    if alert is None:
+        return 0
+    managers = (Membership.objects.filter(project_id=alert.project_id, role__in=(Role.OWNER, Role.ADMIN),
+                                          user__is_active=True, user__notice_preference__email_on_release=True)
+                .exclude(user__email="").select_related("user").order_by("user_id"))
+    context = {"alert": alert, "project": alert.project,
+               "url": settings.E31_SITE_URL.rstrip("/") + reverse("projects:detail", args=[alert.project.name])}
+    subject = (f"E31: project {alert.project.name}'s spend passed {alert.threshold_percent}% of its "
+               f"{alert.month:%B %Y} limit")
+    body = render_to_string("notices/project_budget_email.txt", context)
+    sent = 0
+    for membership in managers:
+        try:
+            with transaction.atomic():
+                ProjectBudgetNoticeSent.objects.create(project_id=alert.project_id, recipient=membership.user,
+                                                       month=alert.month)
+                send_mail(subject, body, None, [membership.user.email])
+        except IntegrityError:  # already sent to this one this month
+            continue
+        sent += 1
+    return sent

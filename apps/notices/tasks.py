@@ -53,3 +53,18 @@ def enqueue_budget_email(alert_id: int) -> None:
         budget_email_task.delay(alert_id)
     except Exception:
         log.exception("budget notice for alert %s failed", alert_id)
+
+
+@shared_task(ignore_result=True)
+def project_budget_email_task(alert_id: int) -> None:
+    """Send project budget alert ``alert_id``'s e-mails to the project's owners and admins who want them."""
+    services.project_budget_email_send(alert_id=alert_id)
+
+
+def enqueue_project_budget_email(alert_id: int) -> None:
+    """Queue :func:`project_budget_email_task` after the alert commits. Never raises (logged), as
+    :func:`enqueue_release_email`."""
+    try:
+        project_budget_email_task.delay(alert_id)
+    except Exception:
+        log.exception("project budget notice for alert %s failed", alert_id)

@@ -68,23 +68,38 @@ def test_the_operator_report_ranks_projects(team, pool):
     assert "Top projects" in html and "<td>ml</td>" in html
 
 
-def test_a_projects_alert_shows_its_owners_and_admins_once_spend_passes_the_threshold(team, pool, frozen_clock):
+def test_a_projects_alert_shows_and_mails_its_owners_and_admins_once_spend_passes_the_threshold(
+        team, pool, frozen_clock, settings, mailoutbox, django_capture_on_commit_callbacks):
+    from apps.metering.models import ProjectBudgetAlert
     from apps.metering.project_budget import project_alerts_scan
+    from apps.notices.services import preference_set, project_budget_email_send
 
     from ..drive import Agent, rented_job
     from .conftest import client_of
 
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    for user in (team.owner, team.admin, team.member, team.viewer):  # every one wants e-mail ...
+        user.email = f"{user.username}@example.com"
+        user.save()
+        preference_set(user=user, email_on_release=True)
     team.project.spend_limit, team.project.alert_percent = Decimal("300.00"), 20
     team.project.save()
     agent = Agent(rented_job(team.member, project="ml", compute={"gpus": 4, "time_limit": "20h"}), frozen_clock)
     agent.start()
     assert project_alerts_scan() == 0
     frozen_clock.advance(hours=8)  # 4 GPUs x 8 h at the default H100 rate: about $80, past 20 % of $300
-    assert project_alerts_scan() == 1 and project_alerts_scan() == 0  # once a month
+    with django_capture_on_commit_callbacks(execute=True):
+        assert project_alerts_scan() == 1 and project_alerts_scan() == 0  # once a month
     banner = "Project ml&#x27;s spend this month"  # the page escapes the apostrophe
     assert banner in client_of(team.owner).get("/projects/").content.decode()
     assert banner in client_of(team.admin).get("/projects/").content.decode()
     assert banner not in client_of(team.member).get("/projects/").content.decode()
+    # ... but only the owner and the admin are mailed, one mail each, naming the project and its page.
+    assert sorted(m.to[0] for m in mailoutbox) == ["adam@example.com", "olga@example.com"]
+    assert all(len(m.to) == 1 and "project ml's spend passed 20%" in m.subject for m in mailoutbox)
+    assert "/projects/ml/" in mailoutbox[0].body and "$300.00" in mailoutbox[0].body
+    assert project_budget_email_send(alert_id=ProjectBudgetAlert.objects.get().pk) == 0  # a second delivery
+    assert len(mailoutbox) == 2
 
 
 def test_a_dry_run_quotes_against_the_projects_limit_when_it_binds(team, pool):
