@@ -45,11 +45,13 @@ def _iso(at: datetime | None) -> str | None:
 
 
 def model_quotes(*, owner, request: ComputeRequest, by_model: list[dict[str, Any]], needs_runtime: bool = False,
-                 mixed_models: bool = False, now: datetime | None = None) -> list[dict[str, Any]]:
+                 mixed_models: bool = False, project_id: int | None = None,
+                 now: datetime | None = None) -> list[dict[str, Any]]:
     """One quote per GPU model of ``by_model`` (the models the job accepts that the pool has, with
     their worst case: :func:`apps.metering.selectors.price_estimate`'s rows): the likely start and
     the "no later than" bound the scheduler would give ``request`` on that model alone if it were
-    sent now (:func:`apps.scheduling.adapter.start_quotes`). Shape: ``[{"gpu_model",
+    sent now by ``owner`` in ``project_id`` (None: their personal project; the fair share is the
+    owner's in that project), :func:`apps.scheduling.adapter.start_quotes`. Shape: ``[{"gpu_model",
     "estimated_start_at", "latest_start_at", "worst_case"}]`` (ISO 8601, USD per task), soonest
     likely start first, a model it could never start on last.
     """
@@ -57,7 +59,7 @@ def model_quotes(*, owner, request: ComputeRequest, by_model: list[dict[str, Any
                      gpu_models=(), gpu_memory_mib=request.gpu_memory_mib, cpus=request.cpus,
                      memory_mib=request.memory_mib, needs_runtime=needs_runtime, mixed_models=mixed_models)
     variants = [replace(base, gpu_models=(row["gpu_model"],)) for row in by_model]
-    starts = start_quotes(variants, owner_id=owner.pk, now=now)
+    starts = start_quotes(variants, owner_id=owner.pk, now=now, project_id=project_id)
     quotes = [{"gpu_model": row["gpu_model"], "estimated_start_at": _iso(likely), "latest_start_at": _iso(latest),
                "worst_case": _money(row["worst_case"])} for row, (likely, latest) in zip(by_model, starts, strict=True)]
     return sorted(quotes, key=lambda q: (q["estimated_start_at"] is None, q["estimated_start_at"] or ""))
@@ -92,7 +94,7 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
     table = rate_table(now)
     worst = worst_case_price(compute_request(compute), table, tasks=tasks).amount
     check = _binding(spend_check(owner=owner, worst_case=worst, now=now, figures=True, table=table),
-                     _project_check(spec._project_id, worst, now, table))
+                     _project_check(spec._project, worst, now, table))
     columns = requirement_columns(spec.model_dump(mode="json"))
     return {
         "dry_run": True, "valid": True, "worst_case": _money(worst), "gpus": estimate.gpus,
@@ -105,12 +107,12 @@ def job_quote(*, owner, document: Any, attachment_names: Iterable[str] = (),
             "month_start": check.month_start.isoformat(), "project": check.project or None,
         },
         "quotes": model_quotes(owner=owner, request=compute_request(compute), by_model=estimate.rows,
-                               needs_runtime=columns["needs_runtime"], mixed_models=columns["mixed_models"], now=now),
+                               needs_runtime=columns["needs_runtime"], mixed_models=columns["mixed_models"],
+                               project_id=spec._project_id, now=now),
     }
 
 
-def _project_check(project_id: int | None, worst, now, table) -> SpendCheck | None:
-    project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+def _project_check(project: Project | None, worst, now, table) -> SpendCheck | None:
     if project is None or project_limit(project) is None:
         return None
     return project_spend_check(project=project, worst_case=worst, now=now, table=table)

@@ -321,7 +321,9 @@ class JobSpec(_Strict):
     array: StrictInt | None = None  # N tasks, each a job with E31_ARRAY_INDEX 0..N-1 (apps.jobs.arrays)
     # jobs or arrays this job waits for (apps.jobs.dependencies)
     after: list[AfterItem] = Field(default_factory=list, max_length=MAX_AFTER)
-    # The project the submit resolved ``project`` to (apps.jobs.services.submit.spec_validate); not a field.
+    # The project the submit resolved ``project`` to (apps.jobs.services.submit.spec_validate), and its
+    # id; not fields.
+    _project: Any = PrivateAttr(default=None)
     _project_id: int | None = PrivateAttr(default=None)
 
     @field_validator("after")

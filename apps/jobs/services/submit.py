@@ -53,7 +53,8 @@ def spec_validate(document: Any, *, owner: AbstractBaseUser,
     errors: dict[str, list[str]] = {}
     attachments = attachments or {}
     try:
-        spec._project_id = submit_project(owner, spec.project).pk
+        spec._project = submit_project(owner, spec.project)
+        spec._project_id = spec._project.pk
     except ProjectError as e:
         errors["project"] = [e.message]
     for i, item in enumerate(spec.data):

@@ -43,6 +43,7 @@ from apps.jobs.services.outputs import unmatched_where
 from apps.metering.display import rate_text
 from apps.metering.receipts import job_receipt
 from apps.metering.selectors import arrays_money, job_money
+from apps.projects.services import ProjectError, submit_project
 from apps.web.jobs.outputs import file_rows
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -78,11 +79,23 @@ def _when(at: str | None, now: datetime, missing: str = "–") -> str:
     return local.strftime("%H:%M" if same_day else "%b %-d, %H:%M")
 
 
-def estimate_context(user: Any, estimate: Any) -> dict[str, Any]:
+def _quoted_project_id(user: Any, name: str | None) -> int | None:
+    """The id of the project ``name`` that ``user`` may submit to, else None (their personal project:
+    the form's picker offers only projects they may submit to, so another name is a stale page)."""
+    if not name or name.startswith("~"):
+        return None
+    try:
+        return submit_project(user, name).pk
+    except ProjectError:
+        return None
+
+
+def estimate_context(user: Any, estimate: Any, project: str | None = None) -> dict[str, Any]:
     """What ``jobs/_estimate.html`` shows besides the prices: the price estimate and, for each
-    GPU model it prices, when the job would start if sent now (:func:`apps.jobs.quotes.model_quotes`,
-    CPUs, memory and image of the form not counted), while no more than
-    ``E31_QUOTE_FORM_MAX_QUEUED`` jobs are queued (the panel asks as the user types)."""
+    GPU model it prices, when the job would start if sent now in ``project`` (the form's picker;
+    None: the personal project) (:func:`apps.jobs.quotes.model_quotes`, CPUs, memory and image of
+    the form not counted), while no more than ``E31_QUOTE_FORM_MAX_QUEUED`` jobs are queued (the
+    panel asks as the user types)."""
     now = clock.now()
     quotes = []
     if (estimate is not None and estimate.rows and estimate.request is not None
@@ -90,7 +103,8 @@ def estimate_context(user: Any, estimate: Any) -> dict[str, Any]:
         quotes = [StartQuote(q["gpu_model"], _when(q["estimated_start_at"], now, "cannot start here"),
                              _when(q["latest_start_at"], now),
                              q["worst_case"])
-                  for q in model_quotes(owner=user, request=estimate.request, by_model=estimate.rows, now=now)]
+                  for q in model_quotes(owner=user, request=estimate.request, by_model=estimate.rows,
+                                        project_id=_quoted_project_id(user, project), now=now)]
     return {"estimate": estimate, "quotes": quotes}
 
 

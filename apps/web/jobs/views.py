@@ -162,7 +162,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
         "section": "new", "form": form, "rows": form.rows, "examples": example_names(),
         "example": example if example in example_names() else "",
         "example_files": example_files(example) if example in example_names() else [],
-        **estimate_context(request.user, price_estimate(form.compute_document())), "rates": rate_table(),
+        **estimate_context(request.user, price_estimate(form.compute_document()),
+                           form.data.get("project") if form.is_bound else None), "rates": rate_table(),
         "spend": spend_check(owner=request.user, worst_case=Decimal(0)),
     })
 
@@ -171,7 +172,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def job_estimate(request: HttpRequest) -> HttpResponse:
     """The price estimate fragment for the compute part as typed (htmx asks on change)."""
-    return render(request, "jobs/_estimate.html", {**estimate_context(request.user, price_estimate(request.GET.dict())),
+    return render(request, "jobs/_estimate.html", {**estimate_context(request.user, price_estimate(request.GET.dict()),
+                                                                      request.GET.get("project")),
                                                    "rates": rate_table(),
                                                    "spend": spend_check(owner=request.user, worst_case=Decimal(0))})
 
