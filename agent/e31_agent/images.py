@@ -3,7 +3,17 @@
 The pull is a step of its own, after the inputs are staged and before the launch, so a missing
 image, a refused login or an unreachable registry fails the attempt within seconds with the
 registry's own words ("image pull failed: unauthorized: authentication required"), never a
-retry loop inside ``run``. An image the node's store already holds is not pulled again.
+retry loop inside ``run``.
+
+An image the node's store holds is a cache shared by every tenant, so holding it is no right to run
+it (the image's layers are the owner's private code and weights, as an input's bytes are: issue 23
+finding 1). A job runs a held image without asking the registry only when this agent has seen the
+registry let the same login pull it, or let anyone pull it anonymously (a public image)
+(:class:`PullRecord`, kept in the agent's memory, never on disk); otherwise the pull is made with the
+job's own login, and for a held image the registry then sends only the manifest (the layers are
+found in the store), so a login that may not read the repository fails as a first pull would.
+Kubernetes closes the same hole with the ``AlwaysPullImages`` admission plugin and KEP-2535
+("Ensure secret pulled images"), which records the credentials each image was pulled with.
 
 ``work.image_credentials`` gives a registry login ``{"username", "password"}``; it goes to the
 runtime in an auth file (podman's ``--authfile``, docker's ``DOCKER_CONFIG``) of mode 0600 on a
@@ -16,12 +26,15 @@ loopback addresses only: a test registry or a local mirror).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -103,6 +116,40 @@ def _auth_json(registry: str, login: Mapping[str, str]) -> str:
 
 def _memory_dir(fallback: Path) -> Path:
     return _MEMORY_DIR if _MEMORY_DIR.is_dir() and os.access(_MEMORY_DIR, os.W_OK) else fallback
+
+
+class PullRecord:
+    """The logins this agent has seen a registry accept for each image since it started: memory only.
+
+    A login is kept as an HMAC-SHA256 under a key drawn when the record is made (never the password,
+    never a hash a dump of the disk could be guessed from); ``None`` stands for an anonymous pull,
+    which makes the image public: every job may run it. Thread-safe (jobs stage in threads).
+    """
+
+    def __init__(self) -> None:
+        self._key = os.urandom(32)
+        self._lock = threading.Lock()
+        self._seen: dict[str, set[bytes | None]] = {}
+
+    def _id(self, image: str, login: Mapping[str, str] | None) -> bytes | None:
+        if login is None:
+            return None
+        text = "\0".join((image_registry(image), login["username"], login["password"]))
+        return hmac.new(self._key, text.encode(), hashlib.sha256).digest()
+
+    def allows(self, image: str, login: Mapping[str, str] | None) -> bool:
+        """True when the registry let ``login`` (None: anyone) pull ``image``, or let anyone."""
+        with self._lock:
+            seen = self._seen.get(image, set())
+            return None in seen or self._id(image, login) in seen
+
+    def add(self, image: str, login: Mapping[str, str] | None) -> None:
+        """Remember that the registry let ``login`` (None: anonymous) pull ``image``."""
+        with self._lock:
+            self._seen.setdefault(image, set()).add(self._id(image, login))
+
+
+PULLED = PullRecord()  # this agent process's record (one node's image store)
 
 
 def image_present(runtime: str, image: str, *, timeout_s: float = 30.0) -> bool:

@@ -1,7 +1,8 @@
 """Images for real (issue 23 item 4): a private image in Debian's ``docker-registry`` behind htpasswd,
 built here with ``buildah`` from ``busybox-static``, pulled by a real agent with podman (runc) before
 the launch. Its login comes from ``work.image_credentials``; without it, or with an unknown tag, the
-attempt fails within seconds with the registry's reason; an image the node holds is not pulled again."""
+attempt fails within seconds with the registry's reason; an image the node holds is not pulled again for
+a login the registry let pull it, and is no right to run it for a job without one."""
 
 from __future__ import annotations
 
@@ -28,9 +29,26 @@ def test_a_private_image_runs_with_its_login_and_is_not_pulled_twice(node, regis
     assert files["out.txt"] == b"inside\n"
     assert files["uid.txt"].strip() != b"0"  # the slot user, not root
     assert staging_words(server, 60) == [f"pulling image {image}"]
-    offer(server, image_job(61, image, login=False))  # held by the node: no pull, no login needed
+    offer(server, image_job(61, image, login=True))  # held, and this login was let pull it: no pull
     assert server.state.wait_for(lambda: "finished" in server.state.types(61), 60)
     assert exited_of(server, 61)["reason"] == "exit" and staging_words(server, 61) == []
+
+
+def test_a_held_private_image_is_no_right_to_run_it(node, registry, monkeypatch):  # noqa: F811
+    """Another tenant naming a private image the node holds, without its login, gets the registry's
+    refusal (the held layers are not theirs), as a first pull would."""
+    monkeypatch.setenv("E31_INSECURE_REGISTRIES", registry)
+    server, _agent, _workdir = node
+    image = f"{registry}/e31/busy:1"
+    offer(server, image_job(64, image, login=True))
+    assert server.state.wait_for(lambda: "finished" in server.state.types(64), 60)
+    assert exited_of(server, 64)["reason"] == "exit"
+    offer(server, image_job(65, image, login=False))
+    assert server.state.wait_for(lambda: "finished" in server.state.types(65), 30)
+    exited = exited_of(server, 65)
+    assert exited["reason"] == "staging_failed", server.state.reports[65]
+    assert "unauthorized: authentication required" in exited["message"]
+    assert staging_words(server, 65) == [f"checking access to image {image}"]
 
 
 @pytest.mark.parametrize("tag, login, reason", [("2", True, "manifest unknown"),

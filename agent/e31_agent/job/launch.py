@@ -127,8 +127,10 @@ def start_process(job: LaunchJob, job_dir: Path) -> JobProcess:
 
 def pull_image(job: LaunchJob, reporter: Reporter) -> str | None:
     """Pull the assignment's image before the launch, with its ``work.image_credentials`` login
-    (:mod:`e31_agent.images`; the staging report says so while it pulls); returns why the attempt
-    must not start ("image pull failed: ..."), or None. Apptainer pulls at its own start."""
+    (:mod:`e31_agent.images`; the staging report says so while it pulls), unless the node holds it
+    and the registry has let this login, or anyone, pull it (:data:`e31_agent.images.PULLED`: a held
+    private image is no right to run it); returns why the attempt must not start ("image pull
+    failed: ..."), or None. Apptainer pulls at its own start."""
     a = job.assignment
     runtime = container.pull_runtime(job.runtimes)
     if runtime is None or not a.spec.image:
@@ -138,15 +140,19 @@ def pull_image(job: LaunchJob, reporter: Reporter) -> str | None:
         login = images.registry_login(a.credentials.get(a.spec.image_credentials))
         if login is None:
             return f"image pull failed: secret {a.spec.image_credentials} is not a registry login"
-    if images.image_present(runtime, a.spec.image):
+    held = images.image_present(runtime, a.spec.image)
+    if held and images.PULLED.allows(a.spec.image, login):
         return None
+    # Not held, or held but not yet known to be this job's to run: the registry decides, with the
+    # job's own login (for a held image it sends the manifest only).
     reporter.send(ReportType.STAGING, bytes_done=0, bytes_total=None, bytes_fetched=0, bytes_cached=0,
-                  message=f"pulling image {a.spec.image}")
+                  message=f"{'checking access to' if held else 'pulling'} image {a.spec.image}")
     try:
         images.pull(runtime, a.spec.image, login=login, scratch_dir=job.run_dir)
     except images.ImagePullError as exc:
         log.warning("%s: %s", a.ref, exc)
         return str(exc)
+    images.PULLED.add(a.spec.image, login)
     return None
 
 
