@@ -42,6 +42,7 @@ from typing import IO, Any
 
 from e31_protocol import AgentPhase, NodeState
 
+from . import container, images
 from .backoff import Backoff
 from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, ApiError
@@ -130,6 +131,7 @@ class Agent:
         self._lockfile: IO[str] | None = None
         self._heartbeat: threading.Thread | None = None
         self.prestager: Prestager | None = None
+        self._held_images = images.HeldList(None)  # the image store's identities, once registered
         self._resumable: list[tuple[RunState, JobProcess | None]] = []
         self.sandbox: Sandbox | None = None  # every job attempt's sandbox (None: --unsafe-no-sandbox)
         self.job_user: tuple[int, int] | None = None  # unsandboxed jobs' user (agent as root)
@@ -187,8 +189,10 @@ class Agent:
             # cached inputs may be hard-linked into job dirs when jobs run as other users (slot users or
             # --job-user), who cannot write them
             slotted = self.sandbox is not None and self.sandbox.slots is not None
+            runtimes = self.inventory.runtimes if self.inventory else []
             self.prestager = start_prestager(self.client, self.workdir, self.config,
-                                             self.job_user or ((0, 0) if slotted else None))
+                                             self.job_user or ((0, 0) if slotted else None), runtimes)
+            self._held_images = images.HeldList(container.pull_runtime(runtimes))
             self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
             self._heartbeat.start()
             # the long poll runs in its own thread so a stop need not wait for it
@@ -288,11 +292,12 @@ class Agent:
             run.drop()
 
     def _cached_inputs(self) -> list[str] | None:
-        """What the input cache holds, for the server's cache affinity (None: no cache here)."""
+        """What the input cache and the image store hold, as identities, for the server's cache
+        affinity (None: no cache here)."""
         if self.prestager is None:
             return None
         try:
-            return self.prestager.inputs.cache.identities()
+            return self.prestager.inputs.cache.identities() + self._held_images.identities()
         except Exception:  # informative only: a beat never fails for it
             log.exception("cannot list the input cache")
             return None

@@ -31,12 +31,16 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import os
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from e31_protocol.inputs import image_identity
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +134,7 @@ class PullRecord:
         self._key = os.urandom(32)
         self._lock = threading.Lock()
         self._seen: dict[str, set[bytes | None]] = {}
+        self.pulls = 0  # pulls recorded so far (the heartbeat's image list is made again after one)
 
     def _id(self, image: str, login: Mapping[str, str] | None) -> bytes | None:
         if login is None:
@@ -147,6 +152,7 @@ class PullRecord:
         """Remember that the registry let ``login`` (None: anonymous) pull ``image``."""
         with self._lock:
             self._seen.setdefault(image, set()).add(self._id(image, login))
+            self.pulls += 1
 
 
 PULLED = PullRecord()  # this agent process's record (one node's image store)
@@ -159,6 +165,37 @@ def image_present(runtime: str, image: str, *, timeout_s: float = 30.0) -> bool:
         return subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def held_images(runtime: str, *, timeout_s: float = 30.0) -> list[str]:
+    """The references (``repository:tag``) ``runtime``'s store holds, as the runtime names them
+    (podman: ``docker.io/library/busybox:latest``); empty when it cannot say."""
+    argv = [runtime, "images", "--format", "{{.Repository}}:{{.Tag}}"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [] if done.returncode != 0 else [line.strip() for line in done.stdout.splitlines()
+                                            if line.strip() and "<none>" not in line]
+
+
+class HeldList:
+    """The image identities (:func:`e31_protocol.inputs.image_identity`) of what the store holds, for
+    the heartbeat's ``cached_inputs`` (the server prefers a node holding a job's image). Listed again
+    after this agent pulled anything, else every ``ttl_s`` seconds (an image the operator removed or
+    loaded by hand), so a heartbeat rarely runs the runtime."""
+
+    def __init__(self, runtime: str | None, *, ttl_s: float = 300.0) -> None:
+        self.runtime, self.ttl_s = runtime, ttl_s
+        self._at, self._pulls, self._ids = -math.inf, -1, []
+
+    def identities(self) -> list[str]:
+        if self.runtime is None:
+            return []
+        if PULLED.pulls != self._pulls or time.monotonic() - self._at >= self.ttl_s:
+            self._pulls, self._at = PULLED.pulls, time.monotonic()
+            self._ids = [i for i in map(image_identity, held_images(self.runtime)) if i]
+        return self._ids
 
 
 def pull(runtime: str, image: str, *, login: Mapping[str, str] | None, scratch_dir: Path,

@@ -291,14 +291,17 @@ def _assignment_env(data: dict[str, Any]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class PrestageOffer:
-    """A queued job whose inputs this node should fetch into its cache now, meter off."""
+    """A queued job whose inputs this node should fetch into its cache now, meter off, and whose
+    public image (``image``, pulled anonymously; None: none to pull) it should pull."""
 
     job_id: int
     data: list[DataItem]
+    image: str | None = None
 
     @classmethod
     def from_json(cls, data: payloads.PrestageOffer) -> PrestageOffer:
-        return cls(job_id=int(data["job_id"]), data=data_items(data.get("data"), data.get("input_scope")))
+        return cls(job_id=int(data["job_id"]), data=data_items(data.get("data"), data.get("input_scope")),
+                   image=str(data["image"]) if data.get("image") else None)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Every work answer carries the server's list of queued jobs planned on this
 node (``prestage``, docs/agent-protocol.md). One background thread takes
-them in order and fills the cache with their cacheable inputs (see
+them in order, pulls a job's public image (``image``: the server offers only one pulled without
+a login, since a secret reaches only a node holding the attempt; :mod:`e31_agent.images`) and
+fills the cache with their cacheable inputs (see
 :meth:`e31_agent.staging.Stager.prefetch`), reporting progress to
 ``POST prestage/`` at most once a second and once at the end. A job that
 drops off the list (the plan moved, it was cancelled) is abandoned at once,
@@ -20,7 +22,7 @@ from typing import Any
 from e31_protocol import MESSAGE_MAX, PrestageState, payloads
 from e31_protocol.redact import redact_text
 
-from . import node_inputs
+from . import container, images, node_inputs
 from .client import Aborted, ApiClient
 from .config import Workdir
 from .models import DataItem, PrestageOffer
@@ -35,13 +37,15 @@ REPORT_EVERY_S = 1.0
 class Prestager:
     """The node's pre-stage worker. :meth:`update` with each work answer; stops with ``stop``."""
 
-    def __init__(self, *, client: ApiClient, workdir: Workdir, inputs: NodeInputs, stop: threading.Event) -> None:
+    def __init__(self, *, client: ApiClient, workdir: Workdir, inputs: NodeInputs, stop: threading.Event,
+                 runtime: str | None = None) -> None:
         self.client = client
         self.workdir = workdir
         self.inputs = inputs
         self.stop = stop
+        self.runtime = runtime  # the image runtime (podman or docker), None: no image is pulled here
         self._cond = threading.Condition()
-        self._wanted: dict[int, list[DataItem]] = {}
+        self._wanted: dict[int, tuple[list[DataItem], str | None]] = {}
         self._assigned: set[int] = set()
         self._finished: set[int] = set()  # done or failed while wanted; not fetched again
         self.current: int | None = None  # the job being pre-staged now
@@ -54,7 +58,8 @@ class Prestager:
     def update(self, offers: list[PrestageOffer], *, assigned: list[int] = ()) -> None:
         """The server's current list (a work answer); ``assigned``: job ids assigned here just now."""
         with self._cond:
-            self._wanted = {o.job_id: o.data for o in offers if o.data}
+            self._wanted = {o.job_id: (o.data, o.image if self.runtime else None) for o in offers
+                            if o.data or (o.image and self.runtime)}
             self._assigned.update(assigned)
             self._finished &= set(self._wanted)
             self._cond.notify_all()
@@ -65,12 +70,12 @@ class Prestager:
 
     # -- the worker ------------------------------------------------------------
 
-    def _next(self) -> tuple[int, list[DataItem]] | None:
+    def _next(self) -> tuple[int, tuple[list[DataItem], str | None]] | None:
         with self._cond:
             while not self.stop.is_set():
-                for job_id, items in self._wanted.items():
+                for job_id, wanted in self._wanted.items():
                     if job_id not in self._finished:
-                        return job_id, items
+                        return job_id, wanted
                 self._cond.wait(1.0)
         return None
 
@@ -80,11 +85,11 @@ class Prestager:
 
     def _main(self) -> None:
         while (job := self._next()) is not None:
-            job_id, items = job
+            job_id, (items, image) = job
             self.current = job_id
             ended = True
             try:
-                ended = self._prestage(job_id, items)
+                ended = (image is None or self._pull(job_id, image)) and self._prestage(job_id, items)
             except Aborted:
                 return
             except Exception as exc:  # no traceback: its frames may quote a URL with credentials
@@ -96,8 +101,29 @@ class Prestager:
                     self._finished.add(job_id)
                 self._assigned.discard(job_id)
 
+    def _pull(self, job_id: int, image: str) -> bool:
+        """Pull the job's public image anonymously unless the store holds it and it is known public
+        (:data:`e31_agent.images.PULLED`); False when the pull failed (reported: the job's own pull
+        at its start would fail the same way, so its inputs are not fetched)."""
+        assert self.runtime is not None
+        if images.image_present(self.runtime, image) and images.PULLED.allows(image, None):
+            return True
+        log.info("pulling image %s for job %s", image, job_id)
+        self._report(job_id, PrestageState.FETCHING, 0, None, message=f"pulling image {image}")
+        try:
+            images.pull(self.runtime, image, login=None, scratch_dir=self.workdir.tmp)
+        except images.ImagePullError as exc:
+            log.warning("pre-pull for job %s failed: %s", job_id, exc)
+            self._report(job_id, PrestageState.FAILED, 0, None, message=str(exc))
+            return False
+        images.PULLED.add(image, None)
+        return True
+
     def _prestage(self, job_id: int, items: list[DataItem]) -> bool:
         """Fill the cache with the job's inputs; False when it was abandoned half way."""
+        if not items:
+            self._report(job_id, PrestageState.DONE, 0, 0)
+            return True
         last = 0.0
 
         def progress(done: int, total: int | None) -> None:
@@ -146,9 +172,11 @@ class Prestager:
             log.warning("pre-stage report for job %s not sent: %s", job_id, exc)
 
 
-def start_prestager(client: ApiClient, workdir: Workdir, config: Any, job_user: tuple[int, int] | None) -> Prestager:
+def start_prestager(client: ApiClient, workdir: Workdir, config: Any, job_user: tuple[int, int] | None,
+                    runtimes: list[str] | None = None) -> Prestager:
     """Set up the node's input cache from ``config`` (``cache_max_bytes``, ``file_roots``; the
-    environment's defaults where it has none) and start the pre-stage worker.
+    environment's defaults where it has none) and start the pre-stage worker, which pulls public
+    images too with the node's image runtime (one of ``runtimes``: podman or docker).
 
     Cached files may be hard-linked into job dirs only when jobs run as another user
     (``job_user``), who cannot write them. Raises ``node_inputs.FileRootError``.
@@ -168,4 +196,5 @@ def start_prestager(client: ApiClient, workdir: Workdir, config: Any, job_user: 
     )
     log.info("input cache %s: %d of %d bytes used; file:// allowed under %s", workdir.cache,
              inputs.cache.total_bytes, max_bytes, ", ".join(map(str, inputs.file_roots)) or "nowhere")
-    return Prestager(client=client, workdir=workdir, inputs=inputs, stop=client.stop).start()
+    return Prestager(client=client, workdir=workdir, inputs=inputs, stop=client.stop,
+                     runtime=container.pull_runtime(runtimes or [])).start()

@@ -37,8 +37,9 @@ MESSAGE_MAX = 300
 def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetime) -> set[int]:
     """Make the pre-stage rows equal to the plan: ``[(job_id, [node_id by rank])]`` of the jobs to pre-stage.
 
-    Only jobs that declare inputs (``spec.data``) and are still queued get
-    rows. Writes only what changed; runs inside the cycle's transaction.
+    Only jobs that are still queued and have something to fetch get rows: inputs (``spec.data``) or
+    an image pulled without a login (:func:`prepull_image`). Writes only what changed; runs inside
+    the cycle's transaction.
 
     Returns:
         The ids of nodes given a new row (to be woken so their agent hears at once).
@@ -51,7 +52,7 @@ def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetim
             wanted[(job_id, node_id)] = rank
     # E31_PRESTAGE_PER_CYCLE jobs at most: their specs are read here rather than with a JSON lookup SQLite lacks
     with_data = {pk for pk, spec in Job.objects.filter(pk__in=job_ids, state=JobState.QUEUED)
-                 .values_list("pk", "spec") if spec.get("data")} if job_ids else set()
+                 .values_list("pk", "spec") if spec.get("data") or prepull_image(spec)} if job_ids else set()
     wanted = {k: r for k, r in wanted.items() if k[0] in with_data}
     existing = {(p.job_id, p.node_id): p for p in JobPrestage.objects.all()}
     gone = [p.pk for k, p in existing.items() if k not in wanted]
@@ -64,12 +65,23 @@ def prestage_plan(reservations: Iterable[tuple[int, list[int]]], *, now: datetim
     return {p.node_id for p in new}
 
 
+def prepull_image(spec: dict[str, Any]) -> str | None:
+    """The image of a job's spec that a planned node may pull while the job waits: ``work.image``
+    when the spec names no ``work.image_credentials`` (a registry login is a secret, and a secret
+    reaches only a node holding the job's attempt: such an image is pulled after the rent), else None."""
+    work = spec.get("work") or {}
+    image = work.get("image")
+    return str(image) if image and not work.get("image_credentials") else None
+
+
 def prestage_offers(node) -> list[dict[str, Any]]:
-    """What ``node`` should pre-stage: ``[{"job_id", "data": [spec data items], "new": bool, "input_scope"}]``.
+    """What ``node`` should pre-stage: ``[{"job_id", "data": [spec data items], "new": bool, "input_scope",
+    "image"?}]``.
 
     ``new`` marks rows not yet handed out, which end a long poll at once; ``input_scope``
     (:func:`apps.jobs.inputs.input_scope`) says whose inputs they are, so the agent's cache keys
-    them as the job's own staging will look them up.
+    them as the job's own staging will look them up; ``image`` (issue 23) is the job's image to
+    pull anonymously (:func:`prepull_image`), when it has one.
     """
     rows = (JobPrestage.objects.filter(node=node, job__state=JobState.QUEUED)
             .select_related("job").order_by("planned_at", "job_id"))
@@ -78,8 +90,12 @@ def prestage_offers(node) -> list[dict[str, Any]]:
     offers = []
     for p in rows:
         data = [d for d in p.job.spec.get("data") or [] if not d.get("credentials")]
-        offers.append({"job_id": p.job_id, "data": data, "new": p.offered_at is None,
-                       "input_scope": input_scope(owner_id=p.job.owner_id, data=data)})
+        offer = {"job_id": p.job_id, "data": data, "new": p.offered_at is None,
+                 "input_scope": input_scope(owner_id=p.job.owner_id, data=data)}
+        image = prepull_image(p.job.spec)
+        if image:
+            offer["image"] = image
+        offers.append(offer)
     return offers
 
 
@@ -196,5 +212,8 @@ def staging_progress(job: Job) -> StagingProgress | None:
     failed = next((r for r in rows if r.state == JobPrestage.State.FAILED), None)
     state = (failed.state if failed else JobPrestage.State.DONE if all(r.state == JobPrestage.State.DONE for r in rows)
              else JobPrestage.State.FETCHING if any(r.updated_at for r in rows) else JobPrestage.State.PLANNED)
+    # The words of a failed node's row, else of one still fetching ("pulling image ..."), if any.
+    fetching = next((r for r in rows if r.state == JobPrestage.State.FETCHING and r.message), None)
+    message = failed.message if failed else fetching.message if fetching else ""
     return StagingProgress("prestage", sum(r.bytes_done for r in rows), total, None,
-                           tuple(r.node.name for r in rows), state, failed.message if failed else "")
+                           tuple(r.node.name for r in rows), state, message)

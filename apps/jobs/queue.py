@@ -11,8 +11,9 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import FloatField
+from django.db.models import FloatField, Q
 from django.db.models.expressions import RawSQL
+from e31_protocol.inputs import image_identity
 
 from apps.artifacts.models import Upload
 from apps.core.choices import JobState
@@ -101,11 +102,15 @@ class DatabaseJobQueue:
         """Queued jobs' ``spec.data`` as cache identities (:func:`~apps.jobs.inputs.spec_input_identities`:
         an upload scoped by its owner, a URL by its credentials) and bytes: an upload's size is known; another
         source's is not before a node fetched it, so it counts ``E31_PRESTAGE_UNKNOWN_INPUT_BYTES``.
-        Reads only the ``data`` key of the specs of queued jobs that have one."""
-        rows = [(pk, owner_id, data) for pk, owner_id, data in Job.objects.filter(
-                state=JobState.QUEUED, spec__has_key="data").values_list("pk", "owner_id", "spec__data") if data]
+        A job's container image (``work.image``) counts as one more input of unknown size, named by
+        :func:`e31_protocol.inputs.image_identity`: a node whose store holds it is preferred, and the
+        image is pre-pulled (:func:`~apps.jobs.prestage.prestage_offers`).
+        Reads only the ``data`` and ``work.image`` keys of the specs of queued jobs that have one."""
+        rows = [(pk, owner_id, data or [], image) for pk, owner_id, data, image in Job.objects.filter(
+                Q(spec__has_key="data") | Q(spec__work__has_key="image"), state=JobState.QUEUED)
+                .values_list("pk", "owner_id", "spec__data", "spec__work__image") if data or image]
         upload_ids = set()
-        for _pk, _owner, data in rows:
+        for _pk, _owner, data, _image in rows:
             for item in data:
                 source = str(item.get("source") or "")
                 if source.startswith("upload:"):
@@ -117,9 +122,13 @@ class DatabaseJobQueue:
                      Upload.objects.filter(pk__in=valid).values_list("pk", "size_bytes")}
         unknown = settings.E31_PRESTAGE_UNKNOWN_INPUT_BYTES
         out = {}
-        for pk, owner_id, data in rows:
+        for pk, owner_id, data, image in rows:
             total = sum(sizes.get(str(item.get("source") or ""), unknown) for item in data)
-            out[pk] = JobInputs(spec_input_identities(owner_id=owner_id, data=data), total)
+            identities = spec_input_identities(owner_id=owner_id, data=data)
+            held = image_identity(str(image)) if image else None
+            if held is not None:
+                identities, total = (*identities, held), total + unknown
+            out[pk] = JobInputs(identities, total)
         return out
 
     def staging_rates(self) -> dict[int, float]:

@@ -23,7 +23,11 @@ The rule (SPEC §6, "Inputs"):
 
 Identities are opaque strings ``in1-<40 hex>`` (a SHA-256 over the parts above), so no URL,
 credential or account id travels in a heartbeat or rests in the server's ``NodeCache`` rows.
-Standard library only.
+
+A container image the node's store holds is reported the same way, as :func:`image_identity`
+(``img1-<40 hex>`` over the image reference alone): its layers save any job naming it a download,
+and whether a job may run it is the registry's to say at the launch (``e31_agent.images``), so
+the identity carries no tenant. Standard library only.
 """
 
 from __future__ import annotations
@@ -162,3 +166,16 @@ def input_identity(source: str, *, owner: str | None, project: str | None = None
         parts = ["url", canonical_source(source), credentials_id or "", source_credentials(source) or ""]
     digest = hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
     return IDENTITY_PREFIX + digest[:IDENTITY_HEX]
+
+
+IMAGE_PREFIX = "img1-"
+
+
+def image_identity(image: str) -> str | None:
+    """The cache identity of a container image reference (``work.image``), ``img1-<40 hex>``, or
+    None for an empty one. The reference is taken as written (``busybox`` and
+    ``docker.io/library/busybox:latest`` are two identities: a missed preference, never a wrong one)."""
+    ref = image.strip()
+    if not ref:
+        return None
+    return IMAGE_PREFIX + hashlib.sha256(ref.encode()).hexdigest()[:IDENTITY_HEX]

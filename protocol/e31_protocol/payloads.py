@@ -180,6 +180,7 @@ class PrestageOffer(TypedDict):
     new: bool
     data: list[DataInput]
     input_scope: NotRequired[InputScope]  # v4 servers
+    image: NotRequired[str]  # issue 23: work.image to pull anonymously while the job waits (none with a login)
 
 
 class WorkResponse(TypedDict):

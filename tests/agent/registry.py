@@ -71,6 +71,38 @@ def registry(tmp_path_factory):
         server.wait(10)
 
 
+@pytest.fixture(scope="session")
+def public_registry(registry, tmp_path_factory):
+    """``host:port`` of a second registry, with no login, holding ``e31/pub:1`` (the same image,
+    copied from ``registry``); the node's store does not hold it at the start."""
+    root = tmp_path_factory.mktemp("public-registry")
+    port = _free_port()
+    (root / "config.yml").write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+                                     f"http:\n  addr: 127.0.0.1:{port}\n")
+    server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address, private = f"127.0.0.1:{port}", f"{registry}/e31/busy:1"
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        held = subprocess.run(["podman", "image", "exists", private], capture_output=True, timeout=60).returncode == 0
+        if not held:
+            _run("podman", "pull", "-q", "--tls-verify=false", "--creds", f"{LOGIN['username']}:{LOGIN['password']}",
+                 private)
+        _run("podman", "push", "-q", "--tls-verify=false", private, f"docker://{address}/e31/pub:1")
+        if not held:  # leave the store as it was
+            _run("podman", "rmi", private)
+        yield address
+    finally:
+        subprocess.run(["podman", "rmi", "-f", f"{address}/e31/pub:1"], capture_output=True, timeout=60)
+        server.terminate()
+        server.wait(10)
+
+
 def image_job(job_id: int, image: str, *, login: bool, command: str = "id -u > uid.txt; echo inside > out.txt",
               **kw) -> dict:
     """An assignment of ``command`` in ``image`` (``login``: with LOGIN as its image credentials)."""

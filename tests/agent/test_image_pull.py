@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from e31_agent import images
+from e31_agent.models import PrestageOffer
 
-from .registry import image_job, registry  # noqa: F401
+from .registry import image_job, public_registry, registry  # noqa: F401
 from .test_agent import bundle_files, exited_of, node, offer  # noqa: F401
 
 
@@ -64,3 +66,30 @@ def test_a_pull_that_fails_ends_the_attempt_within_seconds_with_the_registry_s_r
     exited = exited_of(server, 62)
     assert exited["reason"] == "staging_failed" and exited["message"].startswith("image pull failed: ")
     assert reason in exited["message"]
+
+
+def test_a_queued_jobs_public_image_is_pulled_before_its_rent_and_not_again_at_its_start(
+        node, public_registry, monkeypatch):  # noqa: F811
+    """Pre-pull (issue 23 item 4): the server's pre-stage offer names the image of a job planned here;
+    the agent pulls it, meter off, while the job waits; at the start the image is held and public,
+    so the job pulls nothing."""
+    monkeypatch.setenv("E31_INSECURE_REGISTRIES", public_registry)
+    _server, agent, _workdir = node
+    image = f"{public_registry}/e31/pub:1"
+    assert not images.image_present("podman", image)
+
+    def until(predicate, timeout_s: float = 30) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return predicate()
+
+    assert until(lambda: agent.prestager is not None)  # registered
+    assert agent.prestager.runtime == "podman"
+    agent.prestager.update([PrestageOffer(job_id=66, data=[], image=image)])
+    assert until(lambda: images.image_present("podman", image))
+    server = node[0]
+    offer(server, image_job(66, image, login=False))
+    assert server.state.wait_for(lambda: "finished" in server.state.types(66), 60)
+    assert exited_of(server, 66)["reason"] == "exit" and staging_words(server, 66) == []
+    assert bundle_files(server, 66)["out.txt"] == b"inside\n"

@@ -171,3 +171,44 @@ def test_downloads_on_the_meter_are_counted_as_staging_seconds(frozen_clock, own
     _say(lease, 4, "running", pid=1)
     lease.refresh_from_db()
     assert lease.staging_seconds == 9  # 8.5 s from the accept, whole seconds up
+
+
+def test_a_queued_jobs_image_is_pre_pulled_where_planned_and_a_node_holding_it_is_preferred(owner, pool):
+    """Issue 23 item 4: an image pulled without a login goes into the pre-stage offer of the planned
+    node (meter off); one with a login (a secret) is not offered, it is pulled after the rent; and
+    among equal nodes the one whose store holds the image is chosen."""
+    import json
+
+    from django.utils import timezone
+    from e31_protocol.inputs import image_identity
+
+    from apps.scheduling.node_cache import node_cache_report
+    from apps.secrets.services import secret_set
+
+    from ..factories import node_with_gpus
+
+    Node.objects.update(runtimes=["podman"])
+    image = "registry.example/team/train:1"
+    job_submit(owner=owner, document=spec(compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "1h"}))
+    schedule_cycle()  # node-a's four H100s are taken
+    public = job_submit(owner=owner, document=spec(
+        work={"command": "python train.py", "kind": "training", "image": image},
+        compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "10m"}))
+    secret_set(owner=owner, name="REG", value=json.dumps({"username": "u", "password": "p"}), now=timezone.now())
+    private = job_submit(owner=owner, document=spec(
+        work={"command": "python train.py", "kind": "training", "image": image, "image_credentials": "REG"},
+        compute={"gpus": 4, "gpu_model": ["H100"], "time_limit": "10m"}))
+    schedule_cycle()
+    node_a = Node.objects.get(name="node-a")
+    offers = agent_work_for(node_a)["prestage"]
+    assert [(o["job_id"], o.get("image")) for o in offers] == [(public.pk, image)]
+    assert offers[0]["data"] == [] and private.pk not in {o["job_id"] for o in offers}
+
+    # Two free nodes alike; the one reporting the image in its store gets the job.
+    node_with_gpus("node-c", count=1, model="L40S-48GB", memory_mb=46068, runtimes=["podman"])
+    holding = node_with_gpus("node-d", count=1, model="L40S-48GB", memory_mb=46068, runtimes=["podman"])
+    node_cache_report(node_id=holding.pk, inputs=[image_identity(image)])
+    job = job_submit(owner=owner, document=spec(work={"command": "x", "kind": "other", "image": image},
+                                                compute={"gpus": 1, "gpu_model": ["L40S"], "time_limit": "5m"}))
+    schedule_cycle()
+    assert Lease.objects.get(job=job).node == holding

@@ -285,6 +285,7 @@ class PrestageOfferSerializer(serializers.Serializer):
     new = serializers.BooleanField()
     data = DataInputSerializer(many=True)
     input_scope = InputScopeSerializer(required=False)
+    image = serializers.CharField(required=False)  # issue 23: work.image to pull anonymously while queued
 
 
 class WorkAnswerSerializer(serializers.Serializer):
