@@ -84,8 +84,14 @@ def test_a_viewers_cancel_from_the_page_is_a_403_that_says_why(team, pool):
     job = queued_job(team.member, project="ml")
     response = client_of(team.viewer).post(f"/jobs/{job.pk}/cancel/", {"confirm": "1"})
     assert response.status_code == 403
+    assert "Your role in project ml is viewer" in response.content.decode()  # the page says why
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
+    # The job page offers a viewer neither Cancel (hidden around the shared live fragment) nor Run again.
+    page = client_of(team.viewer).get(f"/jobs/{job.pk}/").content.decode()
+    assert "data-may-not-cancel" in page and "Run again" not in page and "Edit and run" not in page
+    owners = client_of(team.member).get(f"/jobs/{job.pk}/").content.decode()
+    assert "data-may-not-cancel" not in owners and "Run again" in owners
 
 
 def test_a_member_cancels_their_own_job_and_a_bulk_cancel_skips_the_others(team, pool):

@@ -165,7 +165,7 @@ def test_cancel_of_a_rented_job_asks_the_node(web, user, node):
 def test_cancel_asks_to_confirm_on_a_page_that_works_without_js(web, user, node):
     job = rented_job(user, name="long-run")
     html = web.get(f"/jobs/{job.pk}/").content.decode()
-    link = re.search(r'<a class="button button-danger" href="([^"]+)"[^>]*>Cancel job</a>', html, re.S)
+    link = re.search(r'<a class="button button-danger cancel-action" href="([^"]+)"[^>]*>Cancel job</a>', html, re.S)
     assert link and link.group(1) == f"/jobs/{job.pk}/cancel/"
     assert f'hx-post="/jobs/{job.pk}/cancel/"' in link.group(0) and "hx-confirm=" in link.group(0)
     page = web.get(link.group(1))

@@ -32,11 +32,12 @@ from apps.jobs.logquery import LogQueryError, log_query_parse
 from apps.jobs.models import Job
 from apps.jobs.rerun import job_rerun
 from apps.jobs.selectors import job_filter_parse, job_own_or_404, jobs_of, jobs_search, log_read
-from apps.jobs.services.cancel import BulkCancelError, bulk_ids_parse, job_cancel, jobs_cancel_bulk
+from apps.jobs.services.cancel import BulkCancelError, bulk_ids_parse, check_canceller, job_cancel, jobs_cancel_bulk
 from apps.jobs.services.logs import log_lines
 from apps.jobs.spec import SpecError, spec_to_yaml
 from apps.metering.limits import spend_check
 from apps.metering.selectors import price_estimate, rate_table
+from apps.projects.access import Action, may, may_cancel
 from apps.projects.services import projects_of
 from apps.web.jobs.forms import JobForm, edit_job_form, new_job_form
 from apps.web.jobs.fragments import (
@@ -183,9 +184,13 @@ def job_estimate(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: state, steps, timeline, leases and cost, log tail, bundle, spec."""
     job = job_own_or_404(request.user, pk)
+    # The live fragments are rendered once for every reader of the job; what this reader may do is
+    # marked on the page around them, and the stylesheet hides the buttons they may not use.
     return render(request, "jobs/detail.html", {
         "section": "jobs", **job_page_context(job), "spec_yaml": spec_to_yaml(redact_value(job.spec)),
         "usage": usage_card(job), "checkpoints": checkpoint_versions(job),
+        "may_cancel": may_cancel(request.user, job),
+        "may_rerun": job.owner_id == request.user.pk or may(request.user, job.project_id, Action.SUBMIT),
     })
 
 
@@ -329,6 +334,7 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     back to its page; asked by htmx (which confirmed in the browser), it says where to go."""
     job = job_own_or_404(request.user, pk)
     if request.method == "GET":
+        check_canceller(job, request.user)  # a viewer, or a member on a teammate's job: 403, not a confirm page
         if not job.is_cancellable:
             messages.info(request, f"Job {job.pk} is released already." if job.state == JobState.RELEASED
                           else f"Cancel of job {job.pk} is already requested.")
@@ -377,6 +383,7 @@ def array_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     then back to the array's page."""
     array = array_own_or_404(request.user, pk)
     if request.method == "GET":
+        check_canceller(array, request.user)  # as the job's confirm page: 403 for who may not cancel it
         counts = array_counts([array.pk])[array.pk]
         if not counts.active:
             messages.info(request, f"Every task of array {array.pk} is released already.")
