@@ -54,8 +54,9 @@ def user_token(username: str = "bench", environ: dict[str, str] | None = None) -
 
 
 @contextmanager
-def live_stack(agents: list[tuple[str, str]], web: int = 1):
-    """A fresh database and a :class:`LocalStack` with ``agents``; yields (stack, token)."""
+def live_stack(agents: list[tuple[str, str]], web: int = 1, env: dict[str, str] | None = None):
+    """A fresh database and a :class:`LocalStack` with ``agents`` (``env``: more environment for every
+    process); yields (stack, token)."""
     import httpx
 
     from devstack import LocalStack
@@ -64,7 +65,7 @@ def live_stack(agents: list[tuple[str, str]], web: int = 1):
     token = user_token()
     with tempfile.TemporaryDirectory(prefix="e31-bench-") as tmp:
         stack = LocalStack(database_url=DATABASE_URL, redis_url=REDIS_URL, var_dir=Path(tmp), agents=agents,
-                           web=web, env={"E31_LOG_LEVEL": "WARNING"})
+                           web=web, env={"E31_LOG_LEVEL": "WARNING", **(env or {})})
         stack.start()
         try:
             headers = {"Authorization": f"Token {token}"}
