@@ -8,6 +8,12 @@ Run on a machine with an NVIDIA GPU, PyTorch in the venv, and bubblewrap and sli
 
     scripts/gpu_smoke.sh        # checks the driver, PyTorch and the sandbox tools first
 
+Then, where podman, buildah, docker-registry and busybox are installed (issue 23), the same checks
+for a container-image job: a busybox image built here is served by a registry on 127.0.0.1 and run
+by podman (runc) on the leased GPU (CDI ``nvidia.com/gpu=N``: ``nvidia-ctk cdi generate`` must have
+written the host's spec); it must run as the slot user and see exactly one ``/dev/nvidiaN``. Without
+those tools the step is skipped and says so.
+
 It prints the agent's inventory and GPU health, the job's log, its bundle's manifest and lease.
 Exit status: 0 "SMOKE OK"; 1 a step failed ("SMOKE FAILED: ...", with the tail of the agent's
 log); 2 this host has no GPU that NVML can see. The standalone site's two simulated agents are
@@ -20,12 +26,14 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -37,6 +45,10 @@ from e31_agent.inventory import collect, gpu_health  # noqa: E402
 
 sys.path.insert(0, str(BASE_DIR))
 from devstack import free_port  # noqa: E402
+from devstack.registry import TOOLS as IMAGE_TOOLS  # noqa: E402
+from devstack.registry import push_busybox_image, serve_registry  # noqa: E402
+
+IMAGE_JOB = "id -u > uid.txt; ls /dev | grep -E '^nvidia[0-9]+$' > devs.txt; echo image-ok"
 
 JOB = """
 import glob, json, os, subprocess, torch
@@ -68,7 +80,59 @@ DRAIN_OTHERS = ("from apps.pool.models import Node; from apps.pool.services impo
                 "print(Node.objects.filter(name='gpu-real', drain=False).count())")
 
 
+def released(api: httpx.Client, doc: dict, timeout_s: float = 600) -> dict:
+    """Submit ``doc`` (retrying while the agent's GPU model is not yet known) and wait for its release."""
+    deadline = time.monotonic() + 60
+    while True:
+        resp = api.post("/api/v1/jobs/", json=doc)
+        if resp.status_code == 201 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert resp.status_code == 201, resp.text
+    job_id = resp.json()["id"]
+    deadline = time.monotonic() + timeout_s
+    while (job := api.get(f"/api/v1/jobs/{job_id}/").json())["state"] != "released":
+        assert time.monotonic() < deadline, job
+        time.sleep(1)
+    return job
+
+
+def bundle_files(api: httpx.Client, job: dict, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The named files of ``job``'s bundle (its sha256 checked), printing its manifest."""
+    bundle = api.get(f"/api/v1/jobs/{job['id']}/bundle/").content
+    assert hashlib.sha256(bundle).hexdigest() == job["bundle"]["sha256"]
+    with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
+        print("manifest:", tar.extractfile("manifest.json").read().decode())
+        return {name: tar.extractfile(name).read() for name in names}
+
+
+def image_step(api: httpx.Client, image: str | None, model: str) -> str:
+    """Run the image job on the leased GPU (``image`` None: skipped); the line to print.
+
+    Raises:
+        AssertionError: the job failed, ran as root, or saw another number of GPU device nodes than one.
+    """
+    if image is None:
+        return f"IMAGE SKIPPED: {', '.join(t for t in ('podman', *IMAGE_TOOLS) if not shutil.which(t))} not installed"
+    job = released(api, {"name": "gpu-smoke-image", "work": {"command": IMAGE_JOB, "image": image, "network": "none"},
+                         "compute": {"gpus": 1, "gpu_model": [model], "time_limit": "5m"},
+                         "output": {"paths": ["uid.txt", "devs.txt"]}})
+    print("image job:", json.dumps({k: job[k] for k in ("state", "outcome", "exit_code", "status_message")}))
+    print("image log:", api.get(f"/api/v1/jobs/{job['id']}/logs/").text.strip())
+    assert job["outcome"] == "succeeded", job
+    files = bundle_files(api, job, ("uid.txt", "devs.txt"))
+    devices = files["devs.txt"].decode().split()
+    assert files["uid.txt"].strip() != b"0", files  # the slot user, not root
+    assert len(devices) == 1, devices  # only the leased GPU's device node
+    return f"IMAGE OK: uid {files['uid.txt'].decode().strip()}, devices {devices}"
+
+
 def main() -> int:
+    with ExitStack() as stack:
+        return smoke(stack)
+
+
+def smoke(stack: ExitStack) -> int:
     var = Path(tempfile.mkdtemp(prefix="e31-gpu-smoke-"))
     try:
         inventory = collect(workdir=var, simulate=None)
@@ -84,6 +148,13 @@ def main() -> int:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "E31_CELERY_EAGER")}
     env.update(E31_VAR_DIR=str(var), E31_PORT=str(port), E31_DEMO_PASSWORD="gpu-smoke-pw", PYTHONUNBUFFERED="1")
+    image = None
+    if all(shutil.which(t) for t in ("podman", *IMAGE_TOOLS)):
+        (var / "registry").mkdir()
+        address = stack.enter_context(serve_registry(var / "registry"))
+        image = f"{address}/smoke/busy:1"
+        push_busybox_image(var / "registry", image)
+        env["E31_INSECURE_REGISTRIES"] = address
     manage(env, "migrate", "--noinput")
     site = subprocess.Popen([sys.executable, "manage.py", "standalone"], cwd=BASE_DIR, env=env,
                             stdout=open(var / "site.log", "wb"), stderr=subprocess.STDOUT)
@@ -113,31 +184,17 @@ def main() -> int:
         doc = {"name": "gpu-smoke", "work": {"command": f"python - <<'PY'\n{JOB}\nPY", "network": "none"},
                "compute": {"gpus": 1, "gpu_model": [model], "time_limit": "10m"},
                "output": {"paths": ["result.json"]}}
-        deadline = time.monotonic() + 60
-        while True:  # the agent must have registered its GPU before the spec can name the model
-            resp = api.post("/api/v1/jobs/", json=doc)
-            if resp.status_code == 201 or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert resp.status_code == 201, resp.text
-        job_id = resp.json()["id"]
-        deadline = time.monotonic() + 600
-        while (job := api.get(f"/api/v1/jobs/{job_id}/").json())["state"] != "released":
-            assert time.monotonic() < deadline, job
-            time.sleep(1)
+        job = released(api, doc)  # the agent must have registered its GPU before the spec can name the model
         print("job:", json.dumps({k: job[k] for k in ("state", "outcome", "exit_code", "billed_seconds", "cost")}))
-        print("log:", api.get(f"/api/v1/jobs/{job_id}/logs/").text.strip())
-        bundle = api.get(f"/api/v1/jobs/{job_id}/bundle/").content
-        assert hashlib.sha256(bundle).hexdigest() == job["bundle"]["sha256"]
-        with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
-            print("manifest:", tar.extractfile("manifest.json").read().decode())
-            result = json.loads(tar.extractfile("result.json").read())
+        print("log:", api.get(f"/api/v1/jobs/{job['id']}/logs/").text.strip())
         assert job["outcome"] == "succeeded", job
+        result = json.loads(bundle_files(api, job, ("result.json",))["result.json"])
         assert result["visible"].startswith("GPU-") and "," not in result["visible"], result
         assert result["uid"] != 0, result  # a slot user, not root
         assert result["device_count"] == 1, result
         assert len(result["dev_nodes"]) == 1, result  # only the leased GPU's device node
         assert len(result["nvidia_smi"]) == 1 and result["visible"] in result["nvidia_smi"][0], result
+        print(image_step(api, image, model))
         print("SMOKE OK:", json.dumps(result))
         return 0
     except (AssertionError, httpx.HTTPError, subprocess.CalledProcessError, KeyError) as exc:
