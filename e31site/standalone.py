@@ -313,6 +313,21 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
+def server_config(host: str, port: int, app: Callable = application) -> uvicorn.Config:
+    """uvicorn's settings for the standalone site.
+
+    ``proxy_headers`` is off: ``make run`` is reached directly, so ``X-Forwarded-For`` and
+    ``-Proto`` come from the client, never from a proxy. uvicorn's default trusts them from
+    127.0.0.1, where every local caller connects, so a forged address per request got past the
+    per-address sign-in lockout (issue 26 item 7). A proxy put in front names its header with
+    ``E31_PROXY_IP_HEADER`` (settings: the lockout then reads that header, else the socket's peer).
+    The graceful stop is bounded at 3 s: open long polls of the local agents would hold it up to
+    their wait.
+    """
+    return uvicorn.Config(app, host=host, port=port, lifespan="off", ws="websockets", log_level="warning",
+                          access_log=False, timeout_graceful_shutdown=3, proxy_headers=False)
+
+
 def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = DEFAULT_AGENTS) -> None:
     """Serve the site on ``host:port`` until interrupted, with the beat and local agents.
 
@@ -356,10 +371,7 @@ def serve(port: int, host: str = "127.0.0.1", agents: tuple[LocalAgent, ...] = D
             print("  stopping agents...", flush=True)
             local_agents.stop()
 
-    # Open long polls of the local agents would hold a graceful stop for up to their wait.
-    server = DrainingServer(uvicorn.Config(application, host=host, port=port, lifespan="off", ws="websockets",
-                                           log_level="warning", access_log=False, timeout_graceful_shutdown=3),
-                            drain=end_running_jobs)
+    server = DrainingServer(server_config(host, port), drain=end_running_jobs)
 
     async def run() -> None:
         serving = asyncio.create_task(server.serve())  # installs its own SIGINT/SIGTERM handlers

@@ -47,6 +47,7 @@ from .backoff import Backoff
 from .cgroups import JobCgroups
 from .client import Aborted, ApiClient, ApiError
 from .config import AgentConfig, Workdir
+from .health import READY_BEATS
 from .inventory import collect, gpu_health
 from .job import JobRun
 from .logindex import index_path
@@ -130,6 +131,7 @@ class Agent:
         self._lock = threading.Lock()
         self._lockfile: IO[str] | None = None
         self._heartbeat: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
         self.prestager: Prestager | None = None
         self._held_images = images.HeldList(None)  # the image store's identities, once registered
         self._resumable: list[tuple[RunState, JobProcess | None]] = []
@@ -196,7 +198,8 @@ class Agent:
             self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
             self._heartbeat.start()
             # the long poll runs in its own thread so a stop need not wait for it
-            threading.Thread(target=self._poll, name="poll", daemon=True).start()
+            self._poller = threading.Thread(target=self._poll, name="poll", daemon=True)
+            self._poller.start()
             while not self.stop_event.wait(1.0):
                 pass
         finally:
@@ -205,6 +208,21 @@ class Agent:
     def stop(self) -> None:
         """Ask the agent to stop (safe from a signal handler)."""
         self.stop_event.set()
+
+    def liveness(self) -> dict[str, bool]:
+        """``/healthz`` of ``--health-port`` (:mod:`e31_agent.health`): each loop this agent started
+        (``heartbeat``, ``poll``) still runs, or is not started yet (still registering)."""
+        if self.stop_event.is_set():
+            return {"heartbeat": True, "poll": True}  # a deliberate stop: the loops end by design
+        return {name: thread is None or thread.is_alive()
+                for name, thread in (("heartbeat", self._heartbeat), ("poll", self._poller))}
+
+    def readiness(self) -> dict[str, bool]:
+        """``/readyz``: ``registered`` with the server, and ``server``: an answer from it within
+        :data:`~e31_agent.health.READY_BEATS` heartbeat intervals."""
+        reg = self.registration
+        heard = reg is not None and time.monotonic() - self._last_reached < READY_BEATS * reg.heartbeat_interval_s
+        return {"registered": reg is not None and not self.stop_event.is_set(), "server": heard}
 
     def running(self) -> list[JobRef]:
         """The attempts this agent holds, from accept until ``finished`` is sent."""

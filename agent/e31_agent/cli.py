@@ -2,7 +2,7 @@
 
     e31-agent --server URL --token-file FILE [--simulate 4xH100-80GB] [--workdir DIR]
               [--slot-uids FIRST-LAST] [--sandbox-deny CIDR]... [--sandbox-allow-private]
-              [--unsafe-no-sandbox [--job-user USER]]
+              [--unsafe-no-sandbox [--job-user USER]] [--health-port PORT]
 
 Every job attempt runs in a sandbox of its own (:mod:`e31_agent.sandbox`:
 bubblewrap, slirp4netns); the agent refuses to start where it cannot build
@@ -34,6 +34,7 @@ from . import __version__
 from .agent import Agent, RegistrationRefused, WorkdirBusy
 from .config import AgentConfig
 from .extract import ExtractLimits
+from .health import HealthServer
 from .inventory import SimulateError, parse_simulate
 from .netguard import AddressPolicy
 from .node_inputs import FileRootError, check_file_roots
@@ -161,6 +162,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds between a running job's usage samples (CPU, memory, GPU) for its charts;"
         " 0 takes none (default 5, or $E31_AGENT_SAMPLE_INTERVAL_S)",
     )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=int(os.environ.get("E31_AGENT_HEALTH_PORT", 0)),
+        metavar="PORT",
+        help="serve /healthz (the agent's loops live) and /readyz (registered, the server answers) on"
+        " this port; 0: none (default 0, or $E31_AGENT_HEALTH_PORT)",
+    )
+    parser.add_argument("--health-host", default="127.0.0.1", metavar="ADDRESS",
+                        help="address the health port listens on (default 127.0.0.1)")
     parser.add_argument("--version", action="version", version=f"e31-agent {__version__}")
     args = parser.parse_args(argv)
     if args.token_file:
@@ -170,6 +181,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--token-file: {exc}")
     if not args.token:
         parser.error("--token (or $E31_NODE_TOKEN) is required")
+    if not 0 <= args.health_port <= 65535:
+        parser.error("--health-port: must be 0 (none) to 65535")
     if args.cache_max_bytes is not None and args.cache_max_bytes < 0:
         parser.error("--cache-max-bytes: must be 0 or more")
     try:
@@ -257,11 +270,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    probes = None
+    if args.health_port:
+        try:
+            probes = HealthServer(liveness=agent.liveness, readiness=agent.readiness, host=args.health_host,
+                                  port=args.health_port).start()
+        except OSError as exc:
+            print(f"e31-agent: --health-port {args.health_port}: {exc}", file=sys.stderr)
+            return 2
     try:
         agent.run()
     except (WorkdirBusy, RegistrationRefused) as exc:
         print(f"e31-agent: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if probes is not None:
+            probes.stop()
     return 0
 
 

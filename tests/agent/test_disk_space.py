@@ -1,6 +1,7 @@
 """A full disk fails safely (issue 26 item 4): on a node whose work dir is a 48 MB file system, a job
 whose outputs cannot be packed beside them ends with "no space left on the node ... need X, free Y"
-within seconds, leaves no half-written bundle, and the agent takes the next job."""
+within seconds, leaves no half-written bundle, and the agent takes the next job; inputs of known
+size that cannot fit fail staging before a byte is fetched."""
 
 import os
 import subprocess
@@ -45,3 +46,26 @@ def test_outputs_that_cannot_be_packed_beside_themselves_fail_with_both_figures(
     offer(server, assignment(81, "echo fine > ok.txt", outputs=["ok.txt"]))  # the agent goes on
     assert server.state.wait_for(lambda: "finished" in server.state.types(81), 30)
     assert exited_of(server, 81)["exit_code"] == 0
+
+
+def test_inputs_of_known_size_that_cannot_fit_fail_staging_at_once_with_both_figures(tmp_path, monkeypatch):
+    """Staging refuses before a byte is fetched: "need X, free Y", nothing in the job dir (no root:
+    the free space is what ``shutil.disk_usage`` says, here 20 MB)."""
+    from collections import namedtuple
+
+    from e31_agent import diskspace
+    from e31_agent.models import DataItem
+    from e31_agent.staging import Stager, StagingError
+
+    src, job = tmp_path / "src", tmp_path / "job"
+    src.mkdir()
+    job.mkdir()
+    with open(src / "big.bin", "wb") as fh:
+        fh.truncate(40_000_000)  # sparse: its size is known from a stat, nothing is written
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 20_000_000, 20_000_000))
+    stager = Stager(client=None, job_dir=job, tmp_dir=tmp_path / "tmp", file_roots=[src], cache=None)
+    with pytest.raises(StagingError, match=r"no space left on the node to stage the inputs: need 40.0 MB, "
+                                           r"free 20.0 MB; nothing was written"):
+        stager.stage([DataItem(source=(src / "big.bin").as_uri())])
+    assert not any(job.iterdir())

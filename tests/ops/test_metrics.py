@@ -68,3 +68,29 @@ def test_its_series_move_as_a_job_is_submitted_and_rented(api, pool, scrape):
     assert after['e31_celery_queue_length{queue="core"}'] >= 0
     buckets = [v for k, v in after.items() if re.match(r'e31_submit_seconds_bucket\{le=', k)]
     assert buckets == sorted(buckets) and buckets[-1] == after["e31_submit_seconds_count"]
+
+
+def test_make_run_generates_the_bearer_once_into_var_metrics_token(settings, tmp_path, client, db):
+    """``make run`` (e31site/standalone.py) with no E31_METRICS_TOKEN: one token, written 0600 into
+    var/metrics_token on the first run and read again on the next, opens /metrics."""
+    from e31site.standalone import metrics_token
+
+    settings.VAR_DIR = tmp_path
+    settings.E31_METRICS_TOKEN = ""
+    assert metrics_token() == str(tmp_path / "metrics_token")
+    token = (tmp_path / "metrics_token").read_text().strip()
+    assert len(token) >= 24 and settings.E31_METRICS_TOKEN == token
+    assert (tmp_path / "metrics_token").stat().st_mode & 0o777 == 0o600
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    settings.E31_METRICS_TOKEN = ""  # the next start reads the same token
+    metrics_token()
+    assert settings.E31_METRICS_TOKEN == token
+
+
+def test_a_token_set_in_the_environment_wins_and_nothing_is_written(settings, tmp_path):
+    from e31site.standalone import metrics_token
+
+    settings.VAR_DIR = tmp_path
+    settings.E31_METRICS_TOKEN = "from-env"
+    assert metrics_token() == "E31_METRICS_TOKEN"
+    assert settings.E31_METRICS_TOKEN == "from-env" and not (tmp_path / "metrics_token").exists()

@@ -40,6 +40,29 @@ def test_sign_in_is_throttled_per_address_across_accounts(settings):
     assert _sign_in(PASSWORD, username="someone", ip="10.0.0.10") == 302
 
 
+@pytest.mark.parametrize("forwarded", [b"203.0.113.7", b"203.0.113.7, 127.0.0.1"])
+def test_standalone_takes_the_client_address_from_the_socket_not_a_forwarded_header(forwarded):
+    """A caller of ``make run`` (from 127.0.0.1, which uvicorn trusts by default) who sends a fresh
+    X-Forwarded-For each time must still be one address to the per-address lockout above."""
+    import asyncio
+
+    from e31site.standalone import server_config
+
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen.update(client=scope["client"], scheme=scope["scheme"])
+
+    config = server_config("127.0.0.1", 0, app=app)
+    config.load()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/accounts/login/", "raw_path": b"/accounts/login/", "query_string": b"", "root_path": "",
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8031),
+             "headers": [(b"x-forwarded-for", forwarded), (b"x-forwarded-proto", b"https")]}
+    asyncio.run(config.loaded_app(scope, None, None))
+    assert seen == {"client": ("127.0.0.1", 50000), "scheme": "http"}
+
+
 @pytest.mark.parametrize("value,expected", [
     ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"), ("+1+2", "'+1+2"), ("-2+3", "'-2+3"),
     ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("plain", "plain"), ("-1.50", "-1.50"), (3, 3),
