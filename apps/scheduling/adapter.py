@@ -57,12 +57,16 @@ ADVISORY_LOCK_KEY = 310031  # "E31 scheduler"
 
 
 LIVE_FAIRSHARE = "tree"  # issue 25 item 4: the live site shares by project, then by user (fair tree)
+# Issue 25 item 4: jobs past the starvation guard go by fair share, so a project that submits more
+# than its share cannot take more of a contended pool (PolicyConfig.starved_order; measured in
+# docs/benchmarks-scheduler.md, "Fair share by project: the classic value and the starved order").
+LIVE_STARVED_ORDER = "fairshare"
 
 
 def policy_from_settings(name: str | None = None) -> PolicyConfig:
     """The policy in force: ``name`` (default ``E31_SCHEDULER_POLICY``) with the core's defaults
     (fair share by the fair tree, :data:`LIVE_FAIRSHARE`; ``E31_POLICY_FAIRSHARE=classic`` for the
-    per-account classic factor),
+    per-account classic factor; starved jobs by fair share, :data:`LIVE_STARVED_ORDER`),
     overridden field by field by ``E31_POLICY_<FIELD>`` variables (``settings.E31_POLICY_OVERRIDES``).
     The simulator reads it too, so a replay runs the settings the live site runs.
 
@@ -70,7 +74,8 @@ def policy_from_settings(name: str | None = None) -> PolicyConfig:
         ImproperlyConfigured: an override names no field of :class:`PolicyConfig` or has a bad value.
     """
     base = PolicyConfig(name=name or settings.E31_SCHEDULER_POLICY,
-                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S, fairshare=LIVE_FAIRSHARE)
+                        fairshare_half_life_s=settings.E31_FAIRSHARE_HALF_LIFE_S, fairshare=LIVE_FAIRSHARE,
+                        starved_order=LIVE_STARVED_ORDER)
     fields = {f.name: f for f in dataclasses.fields(PolicyConfig)}
     changes = {}
     for key, raw in settings.E31_POLICY_OVERRIDES.items():

@@ -132,8 +132,12 @@ class PolicyConfig:
     limits plus this (a looser promise leaves the priority order more room).
     ``estimate_order`` (``e31``): the likely plan places the jobs neither started nor reserved in
     queue order (``queue``) or shortest planned run first (``shortest``, the order backfill tries them).
-    ``starved_order``: the jobs that waited ``starvation_s`` go first, in submit order (``fifo``) or
-    widest first, then by submit time (``widest``: a wide job cannot backfill, narrow ones can).
+    ``starved_order``: the jobs that waited ``starvation_s`` go first, in submit order (``fifo``, the
+    default, so earlier replays reproduce), widest first, then by submit time (``widest``: a wide
+    job cannot backfill, narrow ones can), or by their association's fair-share factor, then by
+    submit time (``fairshare``: the live site's, ``apps.scheduling.adapter.LIVE_STARVED_ORDER``, so
+    under demand that outgrows the pool the shares, not the arrivals, divide it; issue 25 item 4,
+    :func:`~.priority.order_multifactor`).
     ``fairshare`` (``e31``): ``classic``, Slurm's classic factor ``2 ** (-U / S)`` per association
     with equal shares (:func:`~.priority.fairshare_factor`; the replays' default, so earlier figures
     reproduce), or ``tree``, Slurm's Fair Tree by project, then by user within it, with the

@@ -47,7 +47,8 @@ def simulate_trace(path: str | Path, policy: str | PolicyConfig = "fifo", *, nod
 
     ``limit_records``: see :func:`.swf.load_jobs`. ``projects`` (issue 25 item 4): each job in its
     SWF group's project (field 13) and ``e31`` ordered by the fair tree (project, then user;
-    ``PolicyConfig.fairshare = "tree"``); the figures gain the per-project ones
+    ``PolicyConfig.fairshare = "tree"``, and starved jobs by fair share, ``starved_order =
+    "fairshare"``, as the live site); the figures gain the per-project ones
     (:func:`.metrics.project_figures`). Off, every user is a project of one under the policy's
     factor (a name: the core's default, ``classic``, so the earlier figures reproduce).
     """
@@ -59,8 +60,8 @@ def simulate_trace(path: str | Path, policy: str | PolicyConfig = "fifo", *, nod
     if nodes == 1 << 30:
         nodes = max((j.nodes for j in jobs), default=1)
     config = policy_resolve(policy)
-    if projects:
-        config = replace(config, fairshare="tree")
+    if projects:  # the live site's fair share (apps.scheduling.adapter LIVE_FAIRSHARE, LIVE_STARVED_ORDER)
+        config = replace(config, fairshare="tree", starved_order="fairshare")
     result = replay(jobs, nodes, gpus_per_node, config, progress=progress)
     out = {"trace": Path(path).name, "policy": config.name,
            "nodes": nodes, "gpus_per_node": gpus_per_node, "limit": limit,
