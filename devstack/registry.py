@@ -14,14 +14,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from devstack import free_port
+
 APPLETS = ("sh", "echo", "id", "cat", "sleep", "true")
 TOOLS = ("docker-registry", "buildah", "busybox")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
@@ -36,7 +32,7 @@ def serve_registry(root: Path, *, login: Mapping[str, str] | None = None) -> Ite
     Raises:
         RuntimeError: it did not listen within 5 s.
     """
-    port = _free_port()
+    port = free_port()
     auth = ""
     if login is not None:
         hashed = _run("htpasswd", "-Bbn", login["username"], login["password"]).stdout

@@ -37,7 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from e31_protocol.inputs import image_identity
@@ -196,6 +196,25 @@ class HeldList:
             self._pulls, self._at = PULLED.pulls, time.monotonic()
             self._ids = [i for i in map(image_identity, held_images(self.runtime)) if i]
         return self._ids
+
+
+def pull_unless_entitled(runtime: str, image: str, *, login: Mapping[str, str] | None, scratch_dir: Path,
+                         announce: Callable[[str], None]) -> None:
+    """Make ``image`` ready to run for a job with ``login`` (None: anonymous): nothing when the store
+    holds it and :data:`PULLED` says the registry let this login, or anyone, pull it; else
+    ``announce`` the words of what is done ("pulling image REF", or "checking access to image REF"
+    for a held one) and pull it with ``login`` (for a held image the registry sends the manifest
+    only), then record that the registry let it.
+
+    Raises:
+        ImagePullError: the registry refused or the pull failed (its reason in the message).
+    """
+    held = image_present(runtime, image)
+    if held and PULLED.allows(image, login):
+        return
+    announce(f"{'checking access to' if held else 'pulling'} image {image}")
+    pull(runtime, image, login=login, scratch_dir=scratch_dir)
+    PULLED.add(image, login)
 
 
 def pull(runtime: str, image: str, *, login: Mapping[str, str] | None, scratch_dir: Path,

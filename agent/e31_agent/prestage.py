@@ -106,17 +106,18 @@ class Prestager:
         (:data:`e31_agent.images.PULLED`); False when the pull failed (reported: the job's own pull
         at its start would fail the same way, so its inputs are not fetched)."""
         assert self.runtime is not None
-        if images.image_present(self.runtime, image) and images.PULLED.allows(image, None):
-            return True
-        log.info("pulling image %s for job %s", image, job_id)
-        self._report(job_id, PrestageState.FETCHING, 0, None, message=f"pulling image {image}")
+
+        def announce(words: str) -> None:
+            log.info("%s for job %s", words, job_id)
+            self._report(job_id, PrestageState.FETCHING, 0, None, message=words)
+
         try:
-            images.pull(self.runtime, image, login=None, scratch_dir=self.workdir.tmp)
+            images.pull_unless_entitled(self.runtime, image, login=None, scratch_dir=self.workdir.tmp,
+                                        announce=announce)
         except images.ImagePullError as exc:
             log.warning("pre-pull for job %s failed: %s", job_id, exc)
             self._report(job_id, PrestageState.FAILED, 0, None, message=str(exc))
             return False
-        images.PULLED.add(image, None)
         return True
 
     def _prestage(self, job_id: int, items: list[DataItem]) -> bool:

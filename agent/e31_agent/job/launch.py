@@ -140,19 +140,15 @@ def pull_image(job: LaunchJob, reporter: Reporter) -> str | None:
         login = images.registry_login(a.credentials.get(a.spec.image_credentials))
         if login is None:
             return f"image pull failed: secret {a.spec.image_credentials} is not a registry login"
-    held = images.image_present(runtime, a.spec.image)
-    if held and images.PULLED.allows(a.spec.image, login):
-        return None
-    # Not held, or held but not yet known to be this job's to run: the registry decides, with the
-    # job's own login (for a held image it sends the manifest only).
-    reporter.send(ReportType.STAGING, bytes_done=0, bytes_total=None, bytes_fetched=0, bytes_cached=0,
-                  message=f"{'checking access to' if held else 'pulling'} image {a.spec.image}")
+    def announce(words: str) -> None:
+        reporter.send(ReportType.STAGING, bytes_done=0, bytes_total=None, bytes_fetched=0, bytes_cached=0,
+                      message=words)
+
     try:
-        images.pull(runtime, a.spec.image, login=login, scratch_dir=job.run_dir)
+        images.pull_unless_entitled(runtime, a.spec.image, login=login, scratch_dir=job.run_dir, announce=announce)
     except images.ImagePullError as exc:
         log.warning("%s: %s", a.ref, exc)
         return str(exc)
-    images.PULLED.add(a.spec.image, login)
     return None
 
 
